@@ -1,0 +1,31 @@
+"""Shared pytest fixtures: tiny checkpoints, built once per session and copied per test."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from builders import tiny_gpt2, tiny_llama
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def _built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("built")
+    return {"gpt2": tiny_gpt2(root / "gpt2"), "llama": tiny_llama(root / "llama")}
+
+
+@pytest.fixture
+def gpt2_ckpt(_built, tmp_path) -> Path:
+    """A fresh copy of a tiny tied GPT-2 (single model.safetensors, byte-level BPE)."""
+    return Path(shutil.copytree(_built["gpt2"], tmp_path / "gpt2"))
+
+
+@pytest.fixture
+def llama_ckpt(_built, tmp_path) -> Path:
+    """A fresh copy of a tiny untied bf16 Llama in 3+ shards."""
+    return Path(shutil.copytree(_built["llama"], tmp_path / "llama"))

@@ -1,0 +1,339 @@
+"""Reading a Hugging Face checkpoint directory: config, strict safetensors headers, row-chunk reads.
+
+Nothing here loads a model. Headers are parsed by hand (8-byte length + JSON) rather than through
+`safetensors.safe_open` because we need (a) the exact byte offsets of every tensor, so untouched
+tensors can be copied as bytes without decoding, and (b) strict checks the library does not make:
+it accepts a duplicate tensor name (the last entry silently wins). Tensor *values* are still read
+through `safe_open`, memory-mapped, a chunk of rows at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from safetensors import safe_open
+
+from .errors import InputError
+
+logger = logging.getLogger(__name__)
+
+# Bytes per element of every dtype the safetensors format defines.
+DTYPE_SIZES = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1,
+    "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+    "I32": 4, "U32": 4, "F32": 4,
+    "I64": 8, "U64": 8, "F64": 8,
+}
+FLOAT_DTYPES = {"F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64}
+# Inverse: the safetensors name of a torch dtype.
+TORCH_TO_ST = {v: k for k, v in FLOAT_DTYPES.items()}
+
+INDEX_NAME = "model.safetensors.index.json"
+SINGLE_NAME = "model.safetensors"
+MAX_HEADER_BYTES = 100 * 1024 * 1024  # the format's own limit
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+LFS_MAGIC = b"version https://git-lfs"
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """Where one tensor lives: its shard, dtype, shape and absolute byte range in the file."""
+
+    name: str
+    file: str  # shard file name, relative to the checkpoint directory
+    dtype: str  # safetensors dtype name, e.g. "BF16"
+    shape: tuple[int, ...]
+    start: int  # absolute offset of the first byte in the file
+    end: int  # absolute offset one past the last byte
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.start
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one row (one token) of a vocabulary-sized tensor."""
+        n = DTYPE_SIZES[self.dtype]
+        for d in self.shape[1:]:
+            n *= d
+        return n
+
+
+@dataclass
+class ShardHeader:
+    """The parsed header of one safetensors file."""
+
+    file: str
+    header_len: int  # N, the length of the JSON header in bytes
+    tensors: list[TensorInfo]  # in header order
+    metadata: dict[str, str] | None
+    size: int  # file size in bytes
+
+
+def _reject_duplicates(pairs: list[tuple[str, object]]) -> dict:
+    seen: dict = {}
+    for k, v in pairs:
+        if k in seen:
+            raise _Duplicate(k)
+        seen[k] = v
+    return seen
+
+
+class _Duplicate(Exception):
+    pass
+
+
+def read_header(path: Path, display: str | None = None) -> ShardHeader:
+    """Parse and strictly check the header of a safetensors file.
+
+    Checks: the file is not a Git LFS pointer; the header length fits in the file; the header is
+    UTF-8 JSON with no duplicate names; every dtype is known; every shape matches its byte range;
+    the data ranges are in order, start at 0, leave no gap, do not overlap, and end at the end of
+    the file.
+
+    Raises:
+        InputError: naming the file (and tensor) and what to do next.
+    """
+    name = display or path.name
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if head.startswith(LFS_MAGIC[:8]):
+                rest = f.read(200)
+                if (head + rest).startswith(LFS_MAGIC):
+                    raise InputError(
+                        f"{name}: is a Git LFS pointer, not the weights; run `git lfs pull` in the "
+                        "checkpoint repository (or download it with huggingface_hub) and retry"
+                    )
+            if len(head) < 8:
+                raise InputError(f"{name}: truncated safetensors file ({size} bytes); re-download it")
+            (n,) = struct.unpack("<Q", head)
+            if n > MAX_HEADER_BYTES or 8 + n > size:
+                raise InputError(
+                    f"{name}: safetensors header length {n} runs past the end of the file "
+                    f"({size} bytes): the file is truncated or not safetensors; re-download it"
+                )
+            raw = f.read(n)
+    except OSError as e:
+        raise InputError(f"{name}: cannot read ({e.strerror}); check the path and permissions") from e
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{name}: safetensors header is not UTF-8; the file is corrupt, re-download it") from None
+    try:
+        obj = json.loads(text, object_pairs_hook=_reject_duplicates)
+    except _Duplicate as d:
+        raise InputError(
+            f"{name}: tensor '{d.args[0]}' appears twice in the safetensors header; the file is "
+            "corrupt or hostile, re-export it"
+        ) from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"{name}: safetensors header is not valid JSON ({e.msg}); re-download it") from None
+    if not isinstance(obj, dict):
+        raise InputError(f"{name}: safetensors header is not a JSON object; re-download it")
+
+    metadata = obj.pop("__metadata__", None)
+    if metadata is not None and not (
+        isinstance(metadata, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
+    ):
+        raise InputError(f"{name}: __metadata__ must map strings to strings; re-export the file")
+    data_start = 8 + n
+    tensors: list[TensorInfo] = []
+    for tname, entry in obj.items():
+        if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= set(entry):
+            raise InputError(f"{name}: tensor '{tname}' has a malformed header entry; re-export the file")
+        dtype, shape, offs = entry["dtype"], entry["shape"], entry["data_offsets"]
+        if dtype not in DTYPE_SIZES:
+            raise InputError(
+                f"{name}: tensor '{tname}' has unknown dtype {dtype!r}; vocabsurgeon reads "
+                f"{', '.join(sorted(DTYPE_SIZES))}"
+            )
+        if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
+            raise InputError(f"{name}: tensor '{tname}' has an invalid shape {shape!r}; re-export the file")
+        if not (isinstance(offs, list) and len(offs) == 2 and all(isinstance(o, int) and o >= 0 for o in offs)):
+            raise InputError(f"{name}: tensor '{tname}' has invalid data_offsets {offs!r}; re-export the file")
+        numel = 1
+        for d in shape:
+            numel *= d
+        if offs[1] - offs[0] != numel * DTYPE_SIZES[dtype]:
+            raise InputError(
+                f"{name}: tensor '{tname}' has shape {shape} ({dtype}) = {numel * DTYPE_SIZES[dtype]} "
+                f"bytes but data_offsets {offs} span {offs[1] - offs[0]}; the file is corrupt, re-export it"
+            )
+        tensors.append(TensorInfo(tname, name, dtype, tuple(shape), data_start + offs[0], data_start + offs[1]))
+
+    # The data ranges must tile [0, data length) exactly: sorted, no gap, no overlap, no tail.
+    pos = data_start
+    for t in sorted(tensors, key=lambda t: (t.start, t.end)):
+        if t.start < pos:
+            raise InputError(f"{name}: tensor '{t.name}' overlaps the previous tensor's bytes; re-export the file")
+        if t.start > pos:
+            raise InputError(f"{name}: gap of {t.start - pos} bytes before tensor '{t.name}'; re-export the file")
+        pos = t.end
+    if pos < size:
+        raise InputError(f"{name}: {size - pos} trailing bytes after the last tensor; re-download the file")
+    if pos > size:
+        raise InputError(f"{name}: truncated: tensors need {pos} bytes but the file has {size}; re-download it")
+    return ShardHeader(name, n, tensors, metadata, size)
+
+
+@dataclass
+class Checkpoint:
+    """A checkpoint directory opened for streaming: config, shard headers, tensor locations."""
+
+    path: Path
+    config: dict
+    shards: dict[str, ShardHeader]  # file name -> header, in index order
+    tensors: dict[str, TensorInfo]
+    index: dict | None  # the parsed index json, or None for a single-file checkpoint
+    _handles: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> "Checkpoint":
+        """Open a checkpoint directory and check its config, index and every shard header.
+
+        Raises:
+            InputError: for a missing directory/config, pickle-only weights, an inconsistent
+                index, or any shard that fails `read_header`.
+        """
+        root = Path(path)
+        if not root.is_dir():
+            raise InputError(f"{root}: not a directory; pass a checkpoint directory (config.json + *.safetensors)")
+        config = read_json(root / "config.json")
+        index_path, single = root / INDEX_NAME, root / SINGLE_NAME
+        if index_path.exists() and single.exists():
+            raise InputError(
+                f"{root}: has both {SINGLE_NAME} and {INDEX_NAME}, so the weights are ambiguous; "
+                "remove the one that is stale and retry"
+            )
+        if index_path.exists():
+            index = read_json(index_path)
+            weight_map = index.get("weight_map")
+            if not isinstance(weight_map, dict) or not weight_map:
+                raise InputError(f"{index_path}: has no weight_map; re-export the checkpoint")
+            files: list[str] = []
+            for tname, fname in weight_map.items():
+                if not isinstance(fname, str):
+                    raise InputError(f"{index_path}: weight_map entry '{tname}' is not a file name")
+                _check_shard_name(index_path, fname)
+                if fname not in files:
+                    files.append(fname)
+            on_disk = {p.name for p in root.glob("*.safetensors")}
+            stray = sorted(on_disk - set(files))
+            if stray:
+                raise InputError(
+                    f"{root / stray[0]}: shard is on disk but not in {INDEX_NAME}; remove it or fix the index"
+                )
+        elif single.exists():
+            index, weight_map, files = None, None, [SINGLE_NAME]
+        else:
+            pickles = sorted(p.name for p in root.iterdir() if p.suffix in PICKLE_SUFFIXES)
+            if pickles:
+                raise InputError(
+                    f"{root / pickles[0]}: pickle checkpoints are refused (loading them can run code); "
+                    "convert the model to safetensors first, e.g. with the Hub's convert space or "
+                    "`model.save_pretrained(dir, safe_serialization=True)` in a trusted environment"
+                )
+            raise InputError(f"{root}: no {SINGLE_NAME} or {INDEX_NAME}; pass a safetensors checkpoint directory")
+
+        shards: dict[str, ShardHeader] = {}
+        tensors: dict[str, TensorInfo] = {}
+        for fname in files:
+            fpath = root / fname
+            if not fpath.is_file():
+                raise InputError(f"{fpath}: shard listed in {INDEX_NAME} is missing; re-download the checkpoint")
+            header = read_header(fpath, display=fname)
+            shards[fname] = header
+            for t in header.tensors:
+                if t.name in tensors:
+                    raise InputError(
+                        f"tensor '{t.name}' is stored in two shards, {tensors[t.name].file} and {fname}; "
+                        "remove the stale shard or re-export the checkpoint"
+                    )
+                tensors[t.name] = t
+        if weight_map is not None:
+            for tname, fname in weight_map.items():
+                t = tensors.get(tname)
+                if t is None or t.file != fname:
+                    raise InputError(
+                        f"{root / INDEX_NAME}: weight_map says tensor '{tname}' is in {fname}, but it is "
+                        f"{'not there' if t is None else 'in ' + t.file}; fix the index or re-download"
+                    )
+            missing = sorted(set(tensors) - set(weight_map))
+            if missing:
+                raise InputError(
+                    f"{root / INDEX_NAME}: tensor '{missing[0]}' (in {tensors[missing[0]].file}) is not in "
+                    "weight_map; fix the index or re-download"
+                )
+        return cls(root, config, shards, tensors, index)
+
+    @property
+    def total_size(self) -> int:
+        """Bytes of tensor data, as the index's metadata.total_size should say."""
+        return sum(t.nbytes for t in self.tensors.values())
+
+    def _handle(self, file: str):
+        h = self._handles.get(file)
+        if h is None:
+            h = self._handles[file] = safe_open(str(self.path / file), framework="pt")
+        return h
+
+    def read_rows(self, name: str, start: int, stop: int) -> torch.Tensor:
+        """Rows [start, stop) of tensor `name`, memory-mapped: only those rows are read."""
+        t = self.tensors[name]
+        return self._handle(t.file).get_slice(name)[start:stop]
+
+    def read_tensor(self, name: str) -> torch.Tensor:
+        return self.read_rows(name, 0, self.tensors[name].shape[0])
+
+    def iter_row_chunks(self, name: str, rows: int | None = None, chunk_bytes: int = 64 << 20) -> Iterator[torch.Tensor]:
+        """Yield consecutive row chunks of `name` (the first `rows` rows), each about `chunk_bytes`."""
+        t = self.tensors[name]
+        rows = t.shape[0] if rows is None else rows
+        step = max(1, chunk_bytes // max(1, t.row_bytes))
+        for s in range(0, rows, step):
+            yield self.read_rows(name, s, min(rows, s + step))
+
+    def close(self) -> None:
+        self._handles.clear()
+
+
+def _check_shard_name(index_path: Path, fname: str) -> None:
+    p = Path(fname)
+    if p.is_absolute() or ".." in p.parts or len(p.parts) != 1:
+        raise InputError(
+            f"{index_path}: shard name {fname!r} points outside the checkpoint directory; refusing it "
+            "(a shard must be a plain file name)"
+        )
+    if not fname.endswith(".safetensors"):
+        raise InputError(
+            f"{index_path}: shard {fname!r} is not a .safetensors file; pickle weights are refused, "
+            "convert the checkpoint to safetensors first"
+        )
+
+
+def read_json(path: Path) -> dict:
+    """Read a JSON object from a checkpoint file, with an error that names the file."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{path}: missing; a Hugging Face checkpoint directory needs it") from None
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror}); check permissions") from None
+    try:
+        obj = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: is not valid UTF-8; the file is corrupt, re-download it") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: is not valid JSON ({e.msg} at line {e.lineno}); the file is truncated or corrupt, re-download it") from None
+    if not isinstance(obj, dict):
+        raise InputError(f"{path}: must hold a JSON object; re-download it")
+    return obj

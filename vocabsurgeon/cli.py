@@ -1,0 +1,212 @@
+"""The `vocabsurgeon` command line: a thin click layer that parses, calls the library and prints.
+
+This is the one place that turns library errors into exit codes and one-line messages (see
+`errors.py` for the codes). Human output goes to stderr, `--json` output to stdout. Set
+VOCABSURGEON_DEBUG=1 to see tracebacks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import traceback
+
+import click
+
+from . import __version__
+from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, VocabSurgeonError
+from .init import DEFAULT_EPS, STRATEGIES
+
+STRATEGY_CHOICE = click.Choice(list(STRATEGIES))
+
+
+class _Group(click.Group):
+    """Turns library exceptions into one line on stderr and a documented exit status."""
+
+    def invoke(self, ctx):
+        debug = os.environ.get("VOCABSURGEON_DEBUG") not in (None, "", "0")
+        try:
+            return super().invoke(ctx)
+        except VocabSurgeonError as e:
+            if debug:
+                traceback.print_exc()
+            click.echo(f"Error: {e}", err=True)
+            ctx.exit(e.exit_code)
+        except KeyboardInterrupt:
+            click.echo("Interrupted; nothing was written.", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as e:  # a bug: one line by default, the traceback on request
+            if debug:
+                traceback.print_exc()
+            click.echo(
+                f"Error: internal error {type(e).__name__}: {e}. Please report it; rerun with "
+                "VOCABSURGEON_DEBUG=1 for the traceback.",
+                err=True,
+            )
+            ctx.exit(EXIT_INTERNAL)
+
+
+def _setup_logging(quiet: bool, verbose: bool) -> None:
+    level = logging.ERROR if quiet else (logging.DEBUG if verbose else logging.WARNING)
+    logging.basicConfig(level=level, format="%(levelname)s: %(message)s", stream=sys.stderr, force=True)
+
+
+def _sigterm(signum, frame):  # run cleanups (staging removal) on `kill`, as on Ctrl-C
+    raise KeyboardInterrupt
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="vocabsurgeon")
+@click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr; no progress bars.")
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging on stderr.")
+@click.pass_context
+def cli(ctx, quiet, verbose):
+    """Add new tokens to a Hugging Face checkpoint on disk, streaming, safely and fast.
+
+    \b
+    Examples:
+      vocabsurgeon add --tokens lotr.txt --init mean ckpt/ out/
+      vocabsurgeon add --tokens lotr.txt --dry-run ckpt/ out/
+      vocabsurgeon add -t Frodo -t Gandalf --init subword-mean --json ckpt/ out/
+
+    Exit status: 0 success, 1 internal error, 2 bad input, 3 validation failed,
+    4 push failed, 130 interrupted.
+    """
+    ctx.ensure_object(dict)
+    ctx.obj.update(quiet=quiet, verbose=verbose)
+    _setup_logging(quiet, verbose)
+    signal.signal(signal.SIGTERM, _sigterm)
+
+
+def common_options(fn):
+    """-q/--quiet and -v/--verbose on every command too (`vocabsurgeon add -q ...`)."""
+
+    def _set(flag):
+        def callback(ctx, param, value):
+            if value:
+                root = ctx.find_root()
+                root.ensure_object(dict)
+                root.obj[flag] = True
+                _setup_logging(root.obj.get("quiet", False), root.obj.get("verbose", False))
+            return value
+        return callback
+
+    fn = click.option("-v", "--verbose", is_flag=True, expose_value=False, callback=_set("verbose"),
+                      help="Debug logging on stderr.")(fn)
+    fn = click.option("-q", "--quiet", is_flag=True, expose_value=False, callback=_set("quiet"),
+                      help="Only errors on stderr; no progress bars.")(fn)
+    return fn
+
+
+def is_quiet(ctx) -> bool:
+    return bool(ctx.find_root().obj.get("quiet"))
+
+
+def _emit(data: dict) -> None:
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+@cli.command()
+@click.argument("src", type=click.Path(file_okay=False, path_type=str))
+@click.argument("out", type=click.Path(path_type=str))
+@click.option("--tokens", "tokens_file", type=click.Path(dir_okay=False, path_type=str),
+              help="UTF-8 file with one new token per line.")
+@click.option("-t", "--token", "inline", multiple=True, help="A new token (repeatable), in addition to --tokens.")
+@click.option("--init", default="mean", show_default=True, type=STRATEGY_CHOICE,
+              help="Init strategy of the new rows of every matrix.")
+@click.option("--init-input", type=STRATEGY_CHOICE, help="Init of the input embedding (untied models).")
+@click.option("--init-output", type=STRATEGY_CHOICE, help="Init of the output matrix / lm_head (untied models).")
+@click.option("--eps", default=DEFAULT_EPS, show_default=True, type=float,
+              help="Noise scale of mean-noise: new rows ~ N(mu, eps * Sigma).")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of every random init (deterministic output).")
+@click.option("--special", is_flag=True, help="Add the tokens as special tokens (skipped by decode(skip_special_tokens)).")
+@click.option("--pad-to-multiple-of", type=int, help="Pad the rows to a multiple of N (tensor cores); padding holds the mean row.")
+@click.option("--link", is_flag=True, help="Hard-link untouched shards instead of copying them (same filesystem only).")
+@click.option("--force", is_flag=True, help="Replace a non-empty output directory.")
+@click.option("--device", default="auto", show_default=True, help="Where to compute statistics: auto, cpu, cuda.")
+@click.option("--embedding-key", help="Name of the input embedding tensor, for architectures not in the table.")
+@click.option("--lm-head-key", help="Name of the output matrix tensor, for architectures not in the table.")
+@click.option("--dry-run", is_flag=True, help="Print the plan and write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
+@common_options
+@click.pass_context
+def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, seed, special, pad_to_multiple_of,
+        link, force, device, embedding_key, lm_head_key, dry_run, as_json):
+    """Add tokens to the checkpoint SRC and write the new checkpoint to OUT.
+
+    Streams the vocabulary tensors shard by shard (never loads the model), copies untouched shards
+    byte for byte, writes OUT atomically and re-reads it before reporting success. New words
+    become one token each wherever they occur; text without them tokenizes exactly as before.
+
+    \b
+    Init strategies (--init, --init-input, --init-output):
+      mean          exact mean of the old rows; KL(p_old||p_new) <= log(1 + k/n) (default)
+      mean-noise    N(mu, eps*Sigma), Sigma the rows' covariance (GPU when present)
+      subword-mean  mean of the rows of the word's pieces under the old tokenizer
+      zeros, random the transformers defaults; dangerous on some models
+    New bias entries get the mean bias.
+
+    \b
+    Examples:
+      vocabsurgeon add --tokens lotr.txt --init mean ckpt/ out/
+      vocabsurgeon add --tokens lotr.txt --init-input subword-mean --init-output mean llama/ out/
+      vocabsurgeon add -t '<|tool|>' --special --json ckpt/ out/ > summary.json
+    """
+    from .errors import InputError
+    from .surgery import AddOptions, apply, plan_add
+    from .tokenizer import read_tokens_file
+
+    tokens = read_tokens_file(tokens_file) if tokens_file else []
+    for t in inline:
+        if t in tokens:
+            raise InputError(f"token {t!r} is given twice; remove one")
+        tokens.append(t)
+    if not tokens:
+        raise InputError("no tokens given; pass --tokens FILE (one token per line) or -t TOKEN")
+    options = AddOptions(
+        init=init, init_input=init_input, init_output=init_output, eps=eps, seed=seed, special=special,
+        link=link, force=force, device=device, embedding_key=embedding_key, lm_head_key=lm_head_key,
+        pad_to_multiple_of=pad_to_multiple_of,
+    )
+    plan = plan_add(src, tokens, options)
+    quiet = is_quiet(ctx)
+    if dry_run:
+        if as_json:
+            _emit({"dry_run": True, **plan.to_dict()})
+        else:
+            click.echo(plan.describe())
+        return
+    if not plan.tokens.new:
+        raise InputError("every token is already in the vocabulary; nothing to add (see --dry-run for details)")
+    if not quiet and not as_json:
+        click.echo(plan.describe(), err=True)
+
+    from tqdm.auto import tqdm
+
+    total = plan.to_dict()["bytes_to_write"]
+    with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="writing",
+              disable=True if quiet else None, file=sys.stderr) as bar:
+        result = apply(plan, out, progress=bar.update)
+    summary = result.to_dict()
+    if as_json:
+        _emit(summary)
+    elif not quiet:
+        click.echo(
+            f"Wrote {out}: {len(summary['added'])} tokens, rows {summary['rows_before']} -> {summary['rows_after']}, "
+            f"{len(summary['files_rewritten'])} shard(s) rewritten, {len(summary['files_copied'])} copied, "
+            f"{summary['seconds']:.2f} s",
+            err=True,
+        )
+
+
+def main() -> None:
+    cli(prog_name="vocabsurgeon")
+
+
+if __name__ == "__main__":
+    main()

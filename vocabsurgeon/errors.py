@@ -1,0 +1,53 @@
+"""The exceptions vocabsurgeon raises; each message names the file/tensor/token and the next step.
+
+The CLI turns them into one line on stderr and the exit status below (documented in README.md):
+
+    0  success
+    1  unexpected internal error (a bug: please report it with VOCABSURGEON_DEBUG=1 output)
+    2  bad input: checkpoint, tokens file, options or output directory
+    3  validation failed (the output is kept for inspection)
+    4  push to the Hugging Face Hub failed
+  130  interrupted (SIGINT)
+"""
+
+from __future__ import annotations
+
+
+class VocabSurgeonError(Exception):
+    """Base class: a failure with a message meant for the user."""
+
+    exit_code = 1
+
+
+class InputError(VocabSurgeonError):
+    """The input (checkpoint, tokenizer, tokens file, options, output path) cannot be used."""
+
+    exit_code = 2
+
+
+class OutputExistsError(InputError):
+    """The output directory exists and is not empty."""
+
+
+class ValidationFailed(VocabSurgeonError):
+    """The written checkpoint failed validation; `report` holds the figures."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, report: dict | None = None):
+        super().__init__(message)
+        self.report = report or {}
+
+
+class PushError(VocabSurgeonError):
+    """Uploading to the Hugging Face Hub failed."""
+
+    exit_code = 4
+
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_BAD_INPUT = InputError.exit_code
+EXIT_VALIDATION = ValidationFailed.exit_code
+EXIT_PUSH = PushError.exit_code
+EXIT_INTERRUPTED = 130

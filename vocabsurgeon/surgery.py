@@ -1,0 +1,381 @@
+"""The surgery: plan what changes (printable for --dry-run), then apply it. Orchestration, no math.
+
+Data flows one way: checkpoint (read) -> architectures (which tensors) -> tokenizer (which ids)
+-> init (which values) -> writer (bytes) -> verification.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from . import __version__
+from .architectures import VocabLayout, detect, text_config
+from .checkpoint import FLOAT_DTYPES, INDEX_NAME, Checkpoint, read_header
+from .errors import InputError, VocabSurgeonError
+from .init import DEFAULT_EPS, InitContext, RowStats, accumulate_stats, get_strategy, kl_bound, resolve_device
+from .tokenizer import TOKENIZER_CONFIG, TOKENIZER_FILE, TokenizerEditor, TokenizerPlan, verify_tokenizer
+from .writer import GrownTensor, check_output_path, copy_file, rewrite_shard, staging, write_json
+
+logger = logging.getLogger(__name__)
+
+REPORT_NAME = "vocabsurgeon_report.json"
+
+
+@dataclass
+class AddOptions:
+    """Options of `add`; the CLI flags map one to one."""
+
+    init: str = "mean"  # both matrices, unless init_input / init_output say otherwise
+    init_input: str | None = None
+    init_output: str | None = None
+    seed: int = 0
+    eps: float = DEFAULT_EPS
+    special: bool = False
+    link: bool = False
+    force: bool = False
+    device: str = "auto"
+    embedding_key: str | None = None
+    lm_head_key: str | None = None
+    pad_to_multiple_of: int | None = None
+
+
+@dataclass
+class Plan:
+    """What `add` will do; `to_dict()` is the --dry-run / --json view."""
+
+    src: Path
+    ckpt: Checkpoint
+    layout: VocabLayout
+    editor: TokenizerEditor
+    tokens: TokenizerPlan
+    options: AddOptions
+    rows_before: int
+    rows_after: int
+    rewrite: list[str]  # shard files that hold vocabulary tensors
+    copy: list[str]  # shard files copied untouched
+
+    @property
+    def k(self) -> int:
+        return self.rows_after - self.rows_before
+
+    def strategy_for(self, name: str) -> str:
+        """The init strategy of one vocabulary tensor."""
+        lay = self.layout
+        if name in (lay.embedding, *lay.aliases):
+            return self.options.init_input
+        if name == lay.lm_head:
+            return self.options.init_input if lay.tied else self.options.init_output
+        return "mean"
+
+    def to_dict(self) -> dict:
+        lay = self.layout
+        return {
+            "input": str(self.src),
+            "architecture": lay.architecture,
+            "tied": lay.tied,
+            "tokenizer_family": self.tokens.family,
+            "tensors": {n: {"rows_before": self.rows_before, "rows_after": self.rows_after,
+                            "init": self.strategy_for(n)} for n in lay.all_tensors},
+            "init": {"input": self.options.init_input,
+                     "output": self.options.init_input if lay.tied else self.options.init_output,
+                     "bias": "mean", "eps": self.options.eps},
+            "seed": self.options.seed,
+            "rows_before": self.rows_before,
+            "rows_after": self.rows_after,
+            "padding_rows": self.rows_after - self.rows_before - len(self.tokens.new),
+            "added": [{"token": t.text, "form": t.form, "piece": t.piece, "id": t.id, "mechanism": t.mechanism}
+                      for t in self.tokens.new],
+            "skipped": self.tokens.skipped,
+            "kl_bound": kl_bound(self.k, self.rows_before) if self.k else 0.0,
+            "files_rewritten": self.rewrite,
+            "files_copied": self.copy,
+            "bytes_to_write": sum(self.ckpt.shards[f].size for f in self.rewrite + self.copy),
+        }
+
+    def describe(self) -> str:
+        d = self.to_dict()
+        lines = [
+            f"{d['architecture']} checkpoint ({'tied' if d['tied'] else 'untied'} embeddings), "
+            f"{d['tokenizer_family']} tokenizer",
+            f"rows {d['rows_before']} -> {d['rows_after']} "
+            f"({len(d['added'])} tokens, {d['padding_rows']} padding rows)",
+            f"init: input {d['init']['input']}, output {d['init']['output']}, biases mean",
+        ]
+        for a in d["added"]:
+            lines.append(f"  + {a['id']:>7}  {a['form']!r} ({a['mechanism']})")
+        for s in d["skipped"]:
+            lines.append(f"  = skipped {s['token']!r}: {s['reason']}")
+        lines.append(f"rewrite {len(self.rewrite)} shard(s): {', '.join(self.rewrite)}")
+        if self.copy:
+            lines.append(f"copy {len(self.copy)} shard(s) byte for byte{' (hard links)' if self.options.link else ''}")
+        if d["added"]:
+            lines.append(f"mean-init KL bound log(1 + k/n) = {d['kl_bound']:.3g}")
+        return "\n".join(lines)
+
+
+def plan_add(src: str | os.PathLike, tokens: list[str], options: AddOptions | None = None) -> Plan:
+    """Open the checkpoint and tokenizer and decide every change; reads headers only.
+
+    Raises:
+        InputError: for anything about the input that cannot be used, before any byte is written.
+    """
+    options = options or AddOptions()
+    for s in {options.init, options.init_input, options.init_output} - {None}:
+        get_strategy(s)
+    if options.pad_to_multiple_of is not None and options.pad_to_multiple_of < 1:
+        raise InputError("--pad-to-multiple-of must be a positive integer")
+    _refuse_remote_code(Path(src))
+    ckpt = Checkpoint.open(src)
+    layout = detect(ckpt, options.embedding_key, options.lm_head_key)
+    inp, outp = options.init_input or options.init, options.init_output or options.init
+    if layout.tied:
+        if options.init_input and options.init_output and options.init_input != options.init_output:
+            raise InputError(
+                f"the embeddings are tied (one matrix plays both roles), so --init-input {options.init_input} and "
+                f"--init-output {options.init_output} cannot differ; pass one --init"
+            )
+        inp = outp = options.init_input or options.init_output or options.init
+    options = replace(options, init_input=inp, init_output=outp)
+    editor = TokenizerEditor(ckpt.path)
+    if editor.size > layout.rows:
+        raise InputError(
+            f"{ckpt.path / TOKENIZER_FILE}: the tokenizer has ids up to {editor.size - 1}, but '{layout.embedding}' "
+            f"has only {layout.rows} rows; tokenizer and weights disagree, refusing to guess"
+        )
+    cfg_vocab = text_config(ckpt.config).get("vocab_size")
+    if isinstance(cfg_vocab, int) and cfg_vocab != layout.rows:
+        raise InputError(
+            f"{ckpt.path / 'config.json'}: vocab_size is {cfg_vocab}, but '{layout.embedding}' has {layout.rows} "
+            "rows; config and weights disagree, refusing to guess"
+        )
+    # New ids start after the last row: rows past the tokenizer (padding, reserved) keep their values.
+    tplan = editor.plan(tokens, special=options.special, first_id=layout.rows)
+    rows_after = layout.rows + len(tplan.new)
+    if tplan.new and options.pad_to_multiple_of:
+        m = options.pad_to_multiple_of
+        rows_after = math.ceil(rows_after / m) * m
+    vocab_files = {ckpt.tensors[n].file for n in layout.all_tensors}
+    rewrite = [f for f in ckpt.shards if f in vocab_files] if tplan.new else []
+    copy = [f for f in ckpt.shards if f not in rewrite]
+    return Plan(Path(src), ckpt, layout, editor, tplan, options, layout.rows, rows_after, rewrite, copy)
+
+
+def _refuse_remote_code(src: Path) -> None:
+    # We never import code from a checkpoint; say so when it ships some, since users may expect it to run.
+    if any(src.glob("*.py")):
+        logger.warning("%s ships Python files; they are copied but never imported or run", src)
+
+
+@dataclass
+class AddResult:
+    """What `add` did: the plan's view plus timings and bytes; `to_dict()` is the --json output."""
+
+    out: Path
+    plan: Plan
+    seconds: float
+    bytes_written: int
+    copy_methods: dict[str, str] = field(default_factory=dict)
+    init_notes: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        d = self.plan.to_dict()
+        d.update({"output": str(self.out), "seconds": round(self.seconds, 3), "bytes_written": self.bytes_written,
+                  "copy_methods": self.copy_methods, "tool": f"vocabsurgeon {__version__}"})
+        return d
+
+
+def _new_rows(plan: Plan, name: str, device: torch.device, gen_seed: int, notes: dict) -> torch.Tensor:
+    """The appended rows of one vocabulary tensor, in its dtype: (k, *shape[1:])."""
+    ckpt, lay = plan.ckpt, plan.layout
+    info = ckpt.tensors[name]
+    if info.dtype not in FLOAT_DTYPES:
+        raise InputError(f"tensor '{name}' has dtype {info.dtype}; vocabulary tensors must be floating point")
+    dtype = FLOAT_DTYPES[info.dtype]
+    k = plan.k
+    if len(info.shape) == 1:  # a bias: the mean bias keeps the KL bound
+        stats = accumulate_stats(ckpt.iter_row_chunks(name), cov=False, name=name)
+        return stats.mean.expand(k).to(dtype)
+    strategy = get_strategy(plan.strategy_for(name))
+    hidden = math.prod(info.shape[1:])
+    stats = accumulate_stats(
+        (c.reshape(c.shape[0], -1) for c in ckpt.iter_row_chunks(name)),
+        cov=strategy.needs_cov, device=device, name=name,
+    )
+    n_tok = len(plan.tokens.new)
+    pieces = [t.pieces for t in plan.tokens.new] + [[]] * (k - n_tok)
+    gen = torch.Generator().manual_seed(gen_seed)
+    ctx = InitContext(
+        k=k, hidden=hidden, stats=stats, generator=gen, eps=plan.options.eps,
+        initializer_range=float(text_config(ckpt.config).get("initializer_range", 0.02)),
+        pieces=pieces, rows_of=lambda ids: torch.stack([ckpt.read_rows(name, i, i + 1)[0].reshape(-1) for i in ids]),
+        name=name,
+    )
+    rows = strategy.fn(ctx)
+    if n_tok < k:  # padding rows, never reachable from the tokenizer, hold the mean (keeps the KL bound)
+        rows[n_tok:] = stats.mean
+    notes[name] = strategy.name
+    return rows.reshape(k, *info.shape[1:]).to(dtype)
+
+
+def _hash_rows(path: Path, start: int, nbytes: int) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        f.seek(start)
+        left = nbytes
+        while left:
+            buf = f.read(min(left, 16 << 20))
+            if not buf:
+                break
+            h.update(buf)
+            left -= len(buf)
+    return h.hexdigest()
+
+
+def apply(plan: Plan, out: str | os.PathLike, progress: Callable[[int], None] | None = None) -> AddResult:
+    """Write the planned checkpoint to `out` atomically and verify it; returns what was done.
+
+    Raises:
+        InputError: bad input discovered while reading values (e.g. NaN rows), or an output conflict.
+        VocabSurgeonError: the written checkpoint failed its own verification.
+    """
+    progress = progress or (lambda n: None)
+    out = Path(out)
+    t0 = time.perf_counter()
+    check_output_path(plan.src, out, plan.options.force)
+    ckpt, lay, opts = plan.ckpt, plan.layout, plan.options
+    device = resolve_device(opts.device)
+
+    grown: dict[str, GrownTensor] = {}
+    notes: dict[str, str] = {}
+    if plan.k:
+        base = None
+        for i, name in enumerate(lay.all_tensors):
+            info = ckpt.tensors[name]
+            if name in lay.aliases or (lay.tied and name == lay.lm_head):
+                rows = base  # the same matrix stored under another name: identical rows
+            else:
+                rows = _new_rows(plan, name, device, opts.seed + i, notes)
+                if name == lay.embedding:
+                    base = rows
+            tail = rows.contiguous().view(torch.uint8).numpy().tobytes()
+            grown[name] = GrownTensor((plan.rows_after, *info.shape[1:]), tail)
+
+    methods: dict[str, str] = {}
+    written = 0
+    with staging(out, force=opts.force) as stage:
+        for f in plan.ckpt.shards:
+            if f in plan.rewrite:
+                g = {n: grown[n] for n in grown if ckpt.tensors[n].file == f}
+                written += rewrite_shard(ckpt.path / f, ckpt.shards[f], stage / f, g, progress)
+                methods[f] = "rewrite"
+            else:
+                methods[f] = copy_file(ckpt.path / f, stage / f, link=opts.link, progress=progress)
+                written += ckpt.shards[f].size
+        _write_metadata_files(plan, stage, grown)
+        _copy_other_files(plan, stage)
+        _verify(plan, stage, grown)
+    seconds = time.perf_counter() - t0
+    logger.info("wrote %s in %.2f s", out, seconds)
+    return AddResult(out, plan, seconds, written, methods, notes)
+
+
+def _write_metadata_files(plan: Plan, stage: Path, grown: dict[str, GrownTensor]) -> None:
+    ckpt = plan.ckpt
+    if ckpt.index is not None:
+        index = json.loads(json.dumps(ckpt.index))
+        total = 0
+        for t in ckpt.tensors.values():
+            g = grown.get(t.name)
+            total += t.nbytes + (len(g.tail) if g else 0)
+        index.setdefault("metadata", {})["total_size"] = total
+        write_json(stage / INDEX_NAME, index)
+    config = json.loads(json.dumps(ckpt.config))
+    for path in plan.layout.vocab_keys:
+        node = config
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = plan.rows_after
+    write_json(stage / "config.json", config)
+    if plan.tokens.new:
+        plan.editor.write(plan.tokens, stage)
+
+
+# Files that are rewritten above, or that must never be carried over.
+_HANDLED = {INDEX_NAME, "config.json", TOKENIZER_FILE, TOKENIZER_CONFIG}
+
+
+def _copy_other_files(plan: Plan, stage: Path) -> None:
+    src = plan.ckpt.path
+    for p in sorted(src.rglob("*")):
+        rel = p.relative_to(src)
+        if any(part.startswith(".") for part in rel.parts) or rel.parts[0] in ("__pycache__",):
+            continue  # .git, .cache, editor files: not part of the checkpoint
+        if len(rel.parts) == 1 and (p.name in plan.ckpt.shards or (p.name in _HANDLED and (stage / p.name).exists())):
+            continue
+        dst = stage / rel
+        if p.is_dir():
+            dst.mkdir(exist_ok=True)
+        elif p.is_file():  # follows symlinks (Hub cache snapshots are links into blobs)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(p, dst)
+
+
+def _verify(plan: Plan, stage: Path, grown: dict[str, GrownTensor]) -> None:
+    """Re-open what was written and check it before calling the job done."""
+    ckpt = plan.ckpt
+    out = Checkpoint.open(stage)
+    if set(out.tensors) != set(ckpt.tensors):
+        raise VocabSurgeonError(f"internal: written checkpoint has tensors {sorted(set(out.tensors) ^ set(ckpt.tensors))} changed; nothing was published")
+    for name, t in ckpt.tensors.items():
+        o = out.tensors[name]
+        want_shape = grown[name].shape if name in grown else t.shape
+        if o.shape != want_shape or o.dtype != t.dtype:
+            raise VocabSurgeonError(f"internal: tensor '{name}' written as {o.dtype}{list(o.shape)}, expected {t.dtype}{list(want_shape)}")
+        if name in grown and _hash_rows(stage / o.file, o.start, t.nbytes) != _hash_rows(ckpt.path / t.file, t.start, t.nbytes):
+            raise VocabSurgeonError(f"internal: old rows of '{name}' changed while writing; nothing was published")
+    if out.index is not None and out.index["metadata"]["total_size"] != out.total_size:
+        raise VocabSurgeonError("internal: index total_size does not match the shards; nothing was published")
+    if plan.tokens.new:
+        verify_tokenizer(stage, plan.tokens)
+    out.close()
+
+
+def add_tokens(
+    src: str | os.PathLike,
+    out: str | os.PathLike,
+    tokens: list[str],
+    *,
+    progress: Callable[[int], None] | None = None,
+    **options,
+) -> AddResult:
+    """Add `tokens` to the checkpoint at `src` and write the result to `out`.
+
+    Args:
+        src: a Hugging Face checkpoint directory (config.json, safetensors, tokenizer.json).
+        out: the output directory; created atomically, must not exist or be empty (or force=True).
+        tokens: the new tokens, e.g. from `read_tokens_file`.
+        progress: called with the number of bytes written, as they are written.
+        **options: fields of `AddOptions` (init_input, init_output, seed, eps, special, link, force,
+            device, embedding_key, lm_head_key, pad_to_multiple_of, init).
+
+    Returns:
+        AddResult; `result.to_dict()` is what `vocabsurgeon add --json` prints.
+
+    Example:
+        >>> from vocabsurgeon import add_tokens
+        >>> r = add_tokens("fixtures/gpt2-tiny", "/tmp/out", ["Frodo"], init="mean")  # doctest: +SKIP
+        >>> r.to_dict()["rows_after"] - r.to_dict()["rows_before"]  # doctest: +SKIP
+        2
+    """
+    return apply(plan_add(src, tokens, AddOptions(**options)), out, progress)

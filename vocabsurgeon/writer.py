@@ -1,0 +1,241 @@
+"""Writing the new checkpoint: staging directory, byte-copied shards with grown tensors, index, rename.
+
+Shards are written by hand instead of with `safetensors.torch.save_file` because that would need
+every tensor of the shard decoded in memory. Here a rewritten shard is a new header followed by
+byte ranges copied from the input with copy_file_range (in-kernel, no decode), and a grown tensor
+is its old bytes (the old rows are a contiguous prefix in row-major order, so they stay
+bit-identical by construction) followed by the new rows' bytes. Untouched shards are reflinked,
+copied in the kernel, or hard-linked with --link.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from .checkpoint import DTYPE_SIZES, ShardHeader
+from .errors import InputError, OutputExistsError, VocabSurgeonError
+
+logger = logging.getLogger(__name__)
+
+Progress = Callable[[int], None]
+STAGING_TAG = ".vocabsurgeon-staging-"
+_FICLONE = 0x40049409  # ioctl number of a reflink (btrfs, xfs, ...)
+_COPY_CHUNK = 1 << 30
+
+
+def _noop(_: int) -> None:
+    pass
+
+
+@dataclass
+class GrownTensor:
+    """A tensor that gains rows: the new shape and the bytes of the appended rows."""
+
+    shape: tuple[int, ...]
+    tail: bytes
+
+
+def _copy_range(src_fd: int, dst_fd: int, offset: int, count: int, progress: Progress) -> None:
+    """Copy `count` bytes at `offset` of src to dst's current position, in the kernel when possible."""
+    done = 0
+    while done < count:
+        n = min(_COPY_CHUNK, count - done)
+        try:
+            copied = os.copy_file_range(src_fd, dst_fd, n, offset + done)
+        except OSError as e:
+            if e.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EPERM):
+                raise
+            copied = _copy_range_buffered(src_fd, dst_fd, offset + done, n)
+        if copied == 0:
+            raise OSError(errno.EIO, "unexpected end of input file while copying")
+        done += copied
+        progress(copied)
+
+
+def _copy_range_buffered(src_fd: int, dst_fd: int, offset: int, count: int) -> int:
+    buf = os.pread(src_fd, min(count, 64 << 20), offset)
+    _write_all(dst_fd, buf)
+    return len(buf)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def copy_file(src: Path, dst: Path, *, link: bool = False, progress: Progress = _noop) -> str:
+    """Copy a whole file: hard link (opt-in), else reflink, else an in-kernel copy. Returns the method."""
+    if link:
+        try:
+            os.link(src, dst)
+            progress(src.stat().st_size)
+            return "link"
+        except OSError as e:
+            logger.warning("cannot hard-link %s (%s); copying instead", src.name, e.strerror)
+    size = src.stat().st_size
+    with open(src, "rb") as fi, open(dst, "wb") as fo:
+        try:
+            fcntl.ioctl(fo.fileno(), _FICLONE, fi.fileno())
+            progress(size)
+            method = "reflink"
+        except OSError:
+            _copy_range(fi.fileno(), fo.fileno(), 0, size, progress)
+            method = "copy"
+    shutil.copystat(src, dst, follow_symlinks=True)
+    return method
+
+
+def encode_header(tensors: list[tuple[str, str, tuple[int, ...], int]], metadata: dict | None) -> bytes:
+    """A safetensors header (length prefix + JSON padded with spaces to 8 bytes) for
+    (name, dtype, shape, nbytes) laid out back to back in the given order."""
+    obj: dict = {}
+    if metadata is not None:
+        obj["__metadata__"] = metadata
+    pos = 0
+    for name, dtype, shape, nbytes in tensors:
+        obj[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [pos, pos + nbytes]}
+        pos += nbytes
+    raw = json.dumps(obj, separators=(",", ":")).encode("utf-8")
+    raw += b" " * (-len(raw) % 8)
+    return len(raw).to_bytes(8, "little") + raw
+
+
+def rewrite_shard(
+    src: Path, header: ShardHeader, dst: Path, grown: dict[str, GrownTensor], progress: Progress = _noop,
+) -> int:
+    """Write `dst`: the shard `src` with the tensors in `grown` extended. Returns bytes written.
+
+    Tensor order and __metadata__ are kept; every untouched tensor's bytes are copied unchanged.
+    """
+    order = sorted(header.tensors, key=lambda t: t.start)
+    layout = []
+    for t in order:
+        g = grown.get(t.name)
+        if g is None:
+            layout.append((t.name, t.dtype, t.shape, t.nbytes))
+        else:
+            n = DTYPE_SIZES[t.dtype]
+            for d in g.shape:
+                n *= d
+            if n != t.nbytes + len(g.tail):
+                raise VocabSurgeonError(f"internal: grown tensor '{t.name}' has {len(g.tail)} tail bytes, expected {n - t.nbytes}")
+            layout.append((t.name, t.dtype, g.shape, n))
+    head = encode_header(layout, header.metadata)
+    written = len(head)
+    # Unbuffered: copy_file_range and write(2) share the file position.
+    with open(src, "rb") as fi, open(dst, "wb", buffering=0) as fo:
+        _write_all(fo.fileno(), head)
+        for t in order:
+            _copy_range(fi.fileno(), fo.fileno(), t.start, t.nbytes, progress)
+            written += t.nbytes
+            g = grown.get(t.name)
+            if g is not None:
+                _write_all(fo.fileno(), g.tail)
+                written += len(g.tail)
+                progress(len(g.tail))
+        os.fsync(fo.fileno())
+    return written
+
+
+def write_json(path: Path, obj: dict) -> None:
+    """Write JSON the way transformers does (indent 2, UTF-8, trailing newline)."""
+    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale_staging(out: Path) -> list[Path]:
+    """Remove staging directories beside `out` left by runs that were killed."""
+    removed = []
+    for p in out.parent.glob(f".{out.name}{STAGING_TAG}*"):
+        try:
+            pid = int(p.name.rsplit("-", 2)[-2])
+        except (ValueError, IndexError):
+            continue
+        if not _pid_alive(pid):
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+            logger.info("removed stale staging directory %s", p)
+    return removed
+
+
+def check_output_path(src: Path, out: Path, force: bool) -> None:
+    """Refuse an output that is the input, inside it, contains it, or exists non-empty without --force."""
+    s, o = src.resolve(), out.resolve()
+    if o == s or s in o.parents:
+        raise InputError(f"{out}: the output may not be the input checkpoint or inside it; choose another directory")
+    if o in s.parents:
+        raise InputError(f"{out}: the output directory contains the input checkpoint; choose another directory")
+    if out.exists() and not out.is_dir():
+        raise OutputExistsError(f"{out}: exists and is not a directory; choose another output path")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise OutputExistsError(f"{out}: exists and is not empty; pass --force to replace it, or choose another directory")
+    if not out.parent.is_dir():
+        raise InputError(f"{out.parent}: parent directory of the output does not exist; create it first")
+
+
+@contextlib.contextmanager
+def staging(out: Path, *, force: bool = False) -> Iterator[Path]:
+    """Yield a staging directory beside `out`; on success rename it to `out`, on any failure remove it.
+
+    The final step is one rename(2), so `out` is either absent or complete. Two runs racing for the
+    same `out` both stage; the second rename fails (the target is no longer empty) and that run
+    fails cleanly.
+    """
+    sweep_stale_staging(out)
+    stage = out.parent / f".{out.name}{STAGING_TAG}{os.getpid()}-{time.monotonic_ns() % 10**9}"
+    stage.mkdir()
+    try:
+        yield stage
+        _publish(stage, out, force)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+
+
+def _publish(stage: Path, out: Path, force: bool) -> None:
+    old = None
+    if out.is_dir() and any(out.iterdir()):
+        if not force:
+            raise OutputExistsError(f"{out}: appeared while this run was writing (another run?); nothing was changed")
+        old = out.parent / f".{out.name}{STAGING_TAG}{os.getpid()}-old"
+        os.rename(out, old)
+    try:
+        os.rename(stage, out)
+    except OSError as e:
+        if old is not None:
+            os.rename(old, out)
+        if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            raise OutputExistsError(f"{out}: appeared while this run was writing (another run?); nothing was changed") from None
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    _fsync_dir(out.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
