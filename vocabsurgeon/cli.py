@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import traceback
+from pathlib import Path
 
 import click
 
@@ -159,6 +160,7 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
     """
     from .errors import InputError
     from .surgery import AddOptions, apply, plan_add
+    from .writer import check_output_path
     from .tokenizer import read_tokens_file
 
     tokens = read_tokens_file(tokens_file) if tokens_file else []
@@ -183,6 +185,7 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
         return
     if not plan.tokens.new:
         raise InputError("every token is already in the vocabulary; nothing to add (see --dry-run for details)")
+    check_output_path(plan.src, Path(out), force)  # before any output, so a refusal is the only line
     if not quiet and not as_json:
         click.echo(plan.describe(), err=True)
 

@@ -1,0 +1,70 @@
+"""Checks that every surgery must pass, shared by the test files."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from vocabsurgeon.architectures import detect, text_config
+from vocabsurgeon.checkpoint import Checkpoint
+
+
+def tree_digest(path: Path) -> dict[str, str]:
+    """Hash of every file under `path` (to prove the input was not modified)."""
+    out = {}
+    for p in sorted(Path(path).rglob("*")):
+        if p.is_file():
+            out[str(p.relative_to(path))] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def raw_bytes(ckpt: Checkpoint, name: str) -> bytes:
+    t = ckpt.tensors[name]
+    with open(ckpt.path / t.file, "rb") as f:
+        f.seek(t.start)
+        return f.read(t.nbytes)
+
+
+def check_surgery(src: Path, out: Path, added: int) -> None:
+    """Old rows bit-identical, untouched tensors byte-identical, index complete, config = rows, tie kept."""
+    a, b = Checkpoint.open(src), Checkpoint.open(out)
+    la, lb = detect(a), detect(b)
+    assert set(a.tensors) == set(b.tensors)
+    assert lb.rows == la.rows + added
+    grown = set(la.all_tensors)
+    for name in a.tensors:
+        if name in grown:
+            ta, tb = a.tensors[name], b.tensors[name]
+            assert tb.shape == (ta.shape[0] + added, *ta.shape[1:]), name
+            assert tb.dtype == ta.dtype
+            with safe_open(str(src / ta.file), "pt") as fa, safe_open(str(out / tb.file), "pt") as fb:
+                old, new = fa.get_tensor(name), fb.get_tensor(name)
+            assert torch.equal(old.view(torch.uint8) if old.dtype == torch.bool else old, new[: ta.shape[0]]), name
+            assert torch.isfinite(new.float()).all(), name
+        else:
+            assert raw_bytes(a, name) == raw_bytes(b, name), f"untouched tensor {name} changed"
+    if b.index is not None:
+        assert set(b.index["weight_map"]) == set(b.tensors)
+        assert b.index["metadata"]["total_size"] == b.total_size
+    for shard, header in a.shards.items():
+        assert b.shards[shard].metadata == header.metadata
+    cfg = json.loads((out / "config.json").read_text())
+    assert text_config(cfg)["vocab_size"] == lb.rows
+    assert lb.tied == la.tied
+
+
+def kl_old_new(old_logits: torch.Tensor, new_logits: torch.Tensor) -> torch.Tensor:
+    """Per-position KL(p_old || p_new) in float64; p_old over the old vocabulary only."""
+    n = old_logits.shape[-1]
+    lp_old = old_logits.double().log_softmax(-1)
+    lp_new = new_logits.double().log_softmax(-1)[..., :n]
+    return (lp_old.exp() * (lp_old - lp_new)).sum(-1)
+
+
+def bound(k: int, n: int) -> float:
+    return math.log1p(k / n)

@@ -1,0 +1,172 @@
+"""The `vocabsurgeon add` command line: exit codes, exact messages, --json, --dry-run, --help."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from invariants import tree_digest
+from vocabsurgeon import __version__
+from vocabsurgeon.cli import cli
+
+
+def run(*args, **kw):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False, **kw)
+
+
+@pytest.fixture
+def tokens(tmp_path):
+    p = tmp_path / "lotr.txt"
+    p.write_text("Frodo\nAragorn\nMinas Tirith\n", encoding="utf-8")
+    return p
+
+
+def test_add_json_summary(gpt2_ckpt, tokens, tmp_path):
+    r = run("add", "--tokens", tokens, "--json", gpt2_ckpt, tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["rows_after"] - d["rows_before"] == len(d["added"]) == 6
+    assert {a["token"] for a in d["added"]} == {"Frodo", "Aragorn", "Minas Tirith"}
+    assert all(a["id"] >= d["rows_before"] for a in d["added"])
+    assert d["init"] == {"input": "mean", "output": "mean", "bias": "mean", "eps": 1e-05}
+    assert d["files_rewritten"] == ["model.safetensors"] and d["files_copied"] == []
+    assert d["bytes_written"] > 0 and d["seconds"] >= 0
+    assert d["tool"] == f"vocabsurgeon {__version__}"
+
+
+def test_sharded_copies_untouched_shards(llama_ckpt, tokens, tmp_path):
+    r = run("add", "--tokens", tokens, "--json", llama_ckpt, tmp_path / "out")
+    d = json.loads(r.stdout)
+    assert len(d["files_rewritten"]) == 2 and len(d["files_copied"]) >= 1
+    assert set(d["copy_methods"].values()) <= {"rewrite", "copy", "reflink"}
+
+
+def test_link_hardlinks_untouched_shards(llama_ckpt, tokens, tmp_path):
+    r = run("add", "--tokens", tokens, "--link", "--json", llama_ckpt, tmp_path / "out")
+    d = json.loads(r.stdout)
+    for f in d["files_copied"]:
+        assert (tmp_path / "out" / f).stat().st_ino == (llama_ckpt / f).stat().st_ino
+
+
+def test_dry_run_writes_nothing(gpt2_ckpt, tokens, tmp_path):
+    r = run("add", "--tokens", tokens, "--dry-run", gpt2_ckpt, tmp_path / "out")
+    assert r.exit_code == 0
+    assert "rows " in r.stdout and "'Frodo'" in r.stdout and "rewrite 1 shard(s)" in r.stdout
+    assert not (tmp_path / "out").exists()
+    r = run("add", "--tokens", tokens, "--dry-run", "--json", gpt2_ckpt, tmp_path / "out")
+    assert json.loads(r.stdout)["dry_run"] is True
+
+
+def test_inline_tokens(gpt2_ckpt, tmp_path):
+    r = run("add", "-t", "Frodo", "-t", "Gandalf", "--json", gpt2_ckpt, tmp_path / "out")
+    assert {a["token"] for a in json.loads(r.stdout)["added"]} == {"Frodo", "Gandalf"}
+
+
+def test_existing_output_is_refused_without_force(gpt2_ckpt, tokens, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    r = run("add", "--tokens", tokens, gpt2_ckpt, out)
+    assert r.exit_code == 2
+    assert r.stderr.strip() == f"Error: {out}: exists and is not empty; pass --force to replace it, or choose another directory"
+    assert (out / "keep.txt").read_text() == "mine"
+    r = run("add", "--tokens", tokens, "--force", gpt2_ckpt, out)
+    assert r.exit_code == 0
+    assert not (out / "keep.txt").exists() and (out / "model.safetensors").exists()
+    assert not list(tmp_path.glob(".out.vocabsurgeon-staging-*"))
+
+
+def test_output_inside_input_is_refused(gpt2_ckpt, tokens):
+    before = tree_digest(gpt2_ckpt)
+    r = run("add", "--tokens", tokens, gpt2_ckpt, gpt2_ckpt / "out")
+    assert r.exit_code == 2
+    assert "the output may not be the input checkpoint or inside it" in r.stderr
+    assert tree_digest(gpt2_ckpt) == before
+
+
+def test_pickle_checkpoint_is_refused_and_never_unpickled(tmp_path, tokens):
+    import pickle
+
+    src = tmp_path / "pt"
+    src.mkdir()
+    (src / "config.json").write_text('{"model_type": "gpt2", "vocab_size": 10}')
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    (src / "pytorch_model.bin").write_bytes(pickle.dumps(Evil()))
+    r = run("add", "--tokens", tokens, src, tmp_path / "out")
+    assert r.exit_code == 2
+    assert r.stderr.startswith(f"Error: {src / 'pytorch_model.bin'}: pickle checkpoints are refused")
+    assert not marker.exists()
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        (b"Frodo\n\nSam\n", "lotr.txt:2: empty or whitespace-only token; remove the line"),
+        (b"Frodo\n   \n", "lotr.txt:2: empty or whitespace-only token; remove the line"),
+        (b"Frodo\nSam\xff\n", "lotr.txt:2: invalid UTF-8 at byte 3; save the file as UTF-8"),
+        (b"Frodo\nSam\nFrodo\n", "lotr.txt:3: token 'Frodo' duplicates line 1; remove one of them"),
+        (b"Fro\x07do\n", "lotr.txt:1: token 'Fro\\x07do' contains control character U+0007; remove it"),
+        (b"x" * 300 + b"\n", "lotr.txt:1: token is 300 characters, over the limit of 256; shorten it"),
+        (b" Frodo\n", "lotr.txt:1: token ' Frodo' has leading or trailing whitespace; remove it "
+                      "(word-start forms like ' Frodo' are added automatically)"),
+    ],
+)
+def test_bad_tokens_file(gpt2_ckpt, tmp_path, content, message):
+    p = tmp_path / "lotr.txt"
+    p.write_bytes(content)
+    r = run("add", "--tokens", p, gpt2_ckpt, tmp_path / "out")
+    assert r.exit_code == 2
+    assert r.stderr.strip() == f"Error: {tmp_path}/{message}"
+    assert not (tmp_path / "out").exists()
+
+
+def test_nothing_to_add(gpt2_ckpt, tmp_path):
+    r = run("add", "-t", "<|endoftext|>", gpt2_ckpt, tmp_path / "out")
+    assert r.exit_code == 2
+    assert r.stderr.strip() == "Error: every token is already in the vocabulary; nothing to add (see --dry-run for details)"
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_init_is_a_usage_error(gpt2_ckpt, tmp_path):
+    r = run("add", "-t", "Frodo", "--init", "magic", gpt2_ckpt, tmp_path / "out")
+    assert r.exit_code == 2
+    assert "Invalid value for '--init'" in r.stderr
+
+
+def test_help_has_examples_for_every_command():
+    r = run("--help")
+    assert r.exit_code == 0 and "Examples:" in r.stdout
+    for name, cmd in cli.commands.items():
+        h = run(name, "--help")
+        assert h.exit_code == 0
+        assert "Example" in h.stdout, f"`vocabsurgeon {name} --help` has no example"
+        assert cmd.help and cmd.help.split("\n")[0].strip(), f"{name} has no one-line summary"
+
+
+def test_version():
+    r = run("--version")
+    assert r.stdout.strip() == f"vocabsurgeon, version {__version__}"
+
+
+def test_internal_errors_are_one_line(monkeypatch, gpt2_ckpt, tmp_path):
+    import vocabsurgeon.surgery as surgery
+
+    def boom(*a, **k):
+        raise RuntimeError("kaboom")
+
+    monkeypatch.setattr(surgery, "rewrite_shard", boom)
+    r = run("add", "-t", "Frodo", gpt2_ckpt, tmp_path / "out")
+    assert r.exit_code == 1
+    assert r.stderr.strip().splitlines()[-1] == (
+        "Error: internal error RuntimeError: kaboom. Please report it; rerun with VOCABSURGEON_DEBUG=1 for the traceback."
+    )
+    assert not (tmp_path / "out").exists()
+    assert not list(tmp_path.glob(".out.vocabsurgeon-staging-*"))
