@@ -160,6 +160,8 @@ def read_header(path: Path, display: str | None = None) -> ShardHeader:
             raise InputError(f"{name}: tensor '{tname}' has an invalid shape {shape!r}; re-export the file")
         if not (isinstance(offs, list) and len(offs) == 2 and all(isinstance(o, int) and o >= 0 for o in offs)):
             raise InputError(f"{name}: tensor '{tname}' has invalid data_offsets {offs!r}; re-export the file")
+        if offs[0] > offs[1]:
+            raise InputError(f"{name}: tensor '{tname}' has data_offsets {offs} out of order (begin > end); re-export the file")
         numel = 1
         for d in shape:
             numel *= d
@@ -273,7 +275,12 @@ class Checkpoint:
                     f"{root / INDEX_NAME}: tensor '{missing[0]}' (in {tensors[missing[0]].file}) is not in "
                     "weight_map; fix the index or re-download"
                 )
-        return cls(root, config, shards, tensors, index)
+        ckpt = cls(root, config, shards, tensors, index)
+        stated = ((index or {}).get("metadata") or {}).get("total_size")
+        if stated is not None and stated != ckpt.total_size:
+            logger.warning("%s: total_size says %s but the shards hold %s bytes; the output gets the right value",
+                           INDEX_NAME, stated, ckpt.total_size)
+        return ckpt
 
     @property
     def total_size(self) -> int:

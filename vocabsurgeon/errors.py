@@ -7,6 +7,7 @@ The CLI turns them into one line on stderr and the exit status below (documented
     2  bad input: checkpoint, tokens file, options or output directory
     3  validation failed (the output is kept for inspection)
     4  push to the Hugging Face Hub failed
+    5  writing the output failed (disk full, file too large, I/O or permission error); nothing was published
   130  interrupted (SIGINT)
 """
 
@@ -45,9 +46,16 @@ class PushError(VocabSurgeonError):
     exit_code = 4
 
 
+class WriteError(VocabSurgeonError):
+    """The output could not be written (disk full, EFBIG, EIO, permissions); nothing was published."""
+
+    exit_code = 5
+
+
 EXIT_OK = 0
 EXIT_INTERNAL = 1
 EXIT_BAD_INPUT = InputError.exit_code
 EXIT_VALIDATION = ValidationFailed.exit_code
 EXIT_PUSH = PushError.exit_code
+EXIT_WRITE = WriteError.exit_code
 EXIT_INTERRUPTED = 130

@@ -41,6 +41,7 @@ def resolve_device(device: str) -> torch.device:
 
 def accumulate_stats(
     chunks: Iterable[torch.Tensor], *, cov: bool, device: str | torch.device = "cpu", name: str = "matrix",
+    strict: bool = True,
 ) -> RowStats:
     """Stream row chunks (k_i, hidden) into the exact mean and, if asked, the covariance.
 
@@ -49,20 +50,30 @@ def accumulate_stats(
     product is float32 (several times faster on two cores) and chunks add up in float64.
 
     Raises:
-        InputError: when a chunk holds NaN or Inf (they would poison every new row).
+        InputError: when a row holds NaN or Inf (it would poison every new row). With
+            strict=False (strategies that do not average) such rows are left out with a warning.
     """
     dev = torch.device(device) if not isinstance(device, torch.device) else device
     total = None
     cross = None
     shift = None
     n = 0
+    seen = 0
     for chunk in chunks:
-        if not torch.isfinite(chunk).all():
-            bad = (~torch.isfinite(chunk)).any(dim=-1).nonzero()[0, 0].item() + n
-            raise InputError(
-                f"tensor '{name}' row {bad} holds NaN or Inf; refusing to average it into new rows "
-                "(repair the checkpoint, or use --init zeros/random for that matrix)"
-            )
+        finite = torch.isfinite(chunk).reshape(chunk.shape[0], -1).all(dim=-1)
+        if not finite.all():
+            bad = (~finite).nonzero()[0, 0].item() + seen
+            if strict:
+                raise InputError(
+                    f"tensor '{name}' row {bad} holds NaN or Inf; refusing to average it into new rows "
+                    "(repair the checkpoint, or use --init zeros or random, which do not average)"
+                )
+            logger.warning("tensor '%s': %d rows hold NaN or Inf (first: row %d); left out of the statistics",
+                           name, int((~finite).sum()), bad)
+            chunk = chunk[finite]
+        seen += finite.shape[0]
+        if chunk.shape[0] == 0:
+            continue
         x = chunk.to(dev, torch.float64)  # (k, hidden)
         if total is None:
             total = torch.zeros(x.shape[1], dtype=torch.float64, device=dev)
@@ -154,6 +165,7 @@ class Strategy:
     fn: Callable[[InitContext], torch.Tensor]
     needs_cov: bool
     help: str
+    averages: bool = True  # uses the old rows' values (so NaN/Inf rows are an error)
 
 
 STRATEGIES: dict[str, Strategy] = {
@@ -166,9 +178,9 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy("subword-mean", subword_mean, False,
                  "the mean of the rows of the word's pieces under the original tokenizer (FVT)"),
         Strategy("zeros", zeros, False,
-                 "all zeros: logit 0, dangerous when the model's logits are large and negative"),
+                 "all zeros: logit 0, dangerous when the model's logits are large and negative", averages=False),
         Strategy("random", random, False,
-                 "N(0, initializer_range), what transformers does by default; as risky as zeros"),
+                 "N(0, initializer_range), what transformers does by default; as risky as zeros", averages=False),
     )
 }
 

@@ -22,7 +22,7 @@ import torch
 from . import __version__
 from .architectures import VocabLayout, detect, text_config
 from .checkpoint import FLOAT_DTYPES, INDEX_NAME, Checkpoint, read_header
-from .errors import InputError, VocabSurgeonError
+from .errors import InputError, VocabSurgeonError, WriteError
 from .init import DEFAULT_EPS, InitContext, RowStats, accumulate_stats, get_strategy, kl_bound, resolve_device
 from .tokenizer import TOKENIZER_CONFIG, TOKENIZER_FILE, TokenizerEditor, TokenizerPlan, verify_tokenizer
 from .writer import GrownTensor, check_output_path, copy_file, rewrite_shard, staging, write_json
@@ -210,7 +210,7 @@ def _new_rows(plan: Plan, name: str, device: torch.device, gen_seed: int, notes:
     hidden = math.prod(info.shape[1:])
     stats = accumulate_stats(
         (c.reshape(c.shape[0], -1) for c in ckpt.iter_row_chunks(name)),
-        cov=strategy.needs_cov, device=device, name=name,
+        cov=strategy.needs_cov, device=device, name=name, strict=strategy.averages,
     )
     n_tok = len(plan.tokens.new)
     pieces = [t.pieces for t in plan.tokens.new] + [[]] * (k - n_tok)
@@ -273,18 +273,25 @@ def apply(plan: Plan, out: str | os.PathLike, progress: Callable[[int], None] | 
 
     methods: dict[str, str] = {}
     written = 0
-    with staging(out, force=opts.force) as stage:
-        for f in plan.ckpt.shards:
-            if f in plan.rewrite:
-                g = {n: grown[n] for n in grown if ckpt.tensors[n].file == f}
-                written += rewrite_shard(ckpt.path / f, ckpt.shards[f], stage / f, g, progress)
-                methods[f] = "rewrite"
-            else:
-                methods[f] = copy_file(ckpt.path / f, stage / f, link=opts.link, progress=progress)
-                written += ckpt.shards[f].size
-        _write_metadata_files(plan, stage, grown)
-        _copy_other_files(plan, stage)
-        _verify(plan, stage, grown)
+    try:
+        with staging(out, force=opts.force) as stage:
+            for f in plan.ckpt.shards:
+                if f in plan.rewrite:
+                    g = {n: grown[n] for n in grown if ckpt.tensors[n].file == f}
+                    written += rewrite_shard(ckpt.path / f, ckpt.shards[f], stage / f, g, progress)
+                    methods[f] = "rewrite"
+                else:
+                    methods[f] = copy_file(ckpt.path / f, stage / f, link=opts.link, progress=progress)
+                    written += ckpt.shards[f].size
+            _write_metadata_files(plan, stage, grown)
+            _copy_other_files(plan, stage)
+            _verify(plan, stage, grown)
+    except OSError as e:
+        where = f" ({e.filename})" if e.filename else ""
+        raise WriteError(
+            f"{out}: writing failed: {e.strerror or e}{where}; nothing was published. Free space, check "
+            "permissions, or choose another output directory"
+        ) from e
     seconds = time.perf_counter() - t0
     logger.info("wrote %s in %.2f s", out, seconds)
     return AddResult(out, plan, seconds, written, methods, notes)
