@@ -6,7 +6,6 @@ Data flows one way: checkpoint (read) -> architectures (which tensors) -> tokeni
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -204,7 +203,7 @@ def _new_rows(plan: Plan, name: str, device: torch.device, gen_seed: int, notes:
     dtype = FLOAT_DTYPES[info.dtype]
     k = plan.k
     if len(info.shape) == 1:  # a bias: the mean bias keeps the KL bound
-        stats = accumulate_stats(ckpt.iter_row_chunks(name), cov=False, name=name)
+        stats = accumulate_stats((c.reshape(-1, 1) for c in ckpt.iter_row_chunks(name)), cov=False, name=name)
         return stats.mean.expand(k).to(dtype)
     strategy = get_strategy(plan.strategy_for(name))
     hidden = math.prod(info.shape[1:])
@@ -228,18 +227,18 @@ def _new_rows(plan: Plan, name: str, device: torch.device, gen_seed: int, notes:
     return rows.reshape(k, *info.shape[1:]).to(dtype)
 
 
-def _hash_rows(path: Path, start: int, nbytes: int) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as f:
-        f.seek(start)
+def _same_bytes(a: Path, a_start: int, b: Path, b_start: int, nbytes: int) -> bool:
+    """Compare two byte ranges exactly. memcmp on 64 MiB reads: several GB/s, faster than hashing."""
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        fa.seek(a_start)
+        fb.seek(b_start)
         left = nbytes
         while left:
-            buf = f.read(min(left, 16 << 20))
-            if not buf:
-                break
-            h.update(buf)
-            left -= len(buf)
-    return h.hexdigest()
+            n = min(left, 64 << 20)
+            if fa.read(n) != fb.read(n):
+                return False
+            left -= n
+    return True
 
 
 def apply(plan: Plan, out: str | os.PathLike, progress: Callable[[int], None] | None = None) -> AddResult:
@@ -349,7 +348,7 @@ def _verify(plan: Plan, stage: Path, grown: dict[str, GrownTensor]) -> None:
         want_shape = grown[name].shape if name in grown else t.shape
         if o.shape != want_shape or o.dtype != t.dtype:
             raise VocabSurgeonError(f"internal: tensor '{name}' written as {o.dtype}{list(o.shape)}, expected {t.dtype}{list(want_shape)}")
-        if name in grown and _hash_rows(stage / o.file, o.start, t.nbytes) != _hash_rows(ckpt.path / t.file, t.start, t.nbytes):
+        if name in grown and not _same_bytes(stage / o.file, o.start, ckpt.path / t.file, t.start, t.nbytes):
             raise VocabSurgeonError(f"internal: old rows of '{name}' changed while writing; nothing was published")
     if out.index is not None and out.index["metadata"]["total_size"] != out.total_size:
         raise VocabSurgeonError("internal: index total_size does not match the shards; nothing was published")
