@@ -18,7 +18,7 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -39,10 +39,15 @@ def _noop(_: int) -> None:
 
 @dataclass
 class GrownTensor:
-    """A tensor that gains rows: the new shape and the bytes of the appended rows."""
+    """A tensor that changes: the new shape, the bytes of appended rows, and rows overwritten in place.
+
+    `patches` maps an existing row index to its new bytes (only with --reuse-reserved); every
+    other old row is copied unchanged.
+    """
 
     shape: tuple[int, ...]
     tail: bytes
+    patches: dict[int, bytes] = field(default_factory=dict)
 
 
 def _copy_range(src_fd: int, dst_fd: int, offset: int, count: int, progress: Progress) -> None:
@@ -137,9 +142,16 @@ def rewrite_shard(
     with open(src, "rb") as fi, open(dst, "wb", buffering=0) as fo:
         _write_all(fo.fileno(), head)
         for t in order:
-            _copy_range(fi.fileno(), fo.fileno(), t.start, t.nbytes, progress)
-            written += t.nbytes
             g = grown.get(t.name)
+            pos = t.start
+            for row in sorted(g.patches) if g else ():
+                at = t.start + row * t.row_bytes
+                _copy_range(fi.fileno(), fo.fileno(), pos, at - pos, progress)
+                _write_all(fo.fileno(), g.patches[row])
+                progress(len(g.patches[row]))
+                pos = at + t.row_bytes
+            _copy_range(fi.fileno(), fo.fileno(), pos, t.end - pos, progress)
+            written += t.nbytes
             if g is not None:
                 _write_all(fo.fileno(), g.tail)
                 written += len(g.tail)
