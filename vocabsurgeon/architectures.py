@@ -2,14 +2,19 @@
 
 All model knowledge lives in `ARCHITECTURES`; no other module branches on `model_type`. A name
 in the table matches a tensor called exactly that, or one that ends with "." + that name, so a
-family's names also match inside wrappers (a multimodal `language_model.`, a bare base model).
-Unknown families fall back to detection from tensor shapes and the config.
+family's names also match inside wrappers (a multimodal `language_model.`, a bare base model, a
+sentence-transformers directory). Names that are absent on disk are skipped: transformers 5
+stores a tied matrix once, older exports also store its aliases (T5's `encoder.embed_tokens`).
+Unknown families, and known ones whose names do not match, fall back to detection from tensor
+shapes and the config.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+
+import torch
 
 from .checkpoint import Checkpoint
 from .errors import InputError
@@ -19,16 +24,19 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Architecture:
-    """One family's vocabulary layout."""
+    """One family's vocabulary layout: tensor names, tying, biases and config keys."""
 
     name: str
-    model_types: tuple[str, ...]
+    model_types: tuple[str, ...]  # config.json `model_type` values (of `text_config` when nested)
     embedding: tuple[str, ...]  # candidate names of the input embedding, in priority order
     lm_head: tuple[str, ...] = ("lm_head.weight",)  # candidate names of the output matrix
     tie_default: bool = True  # when the config does not say tie_word_embeddings
     aliases: tuple[str, ...] = ()  # other on-disk names of the (tied) input embedding
     biases: tuple[str, ...] = ()  # vocabulary-sized biases of the output layer
     extra: tuple[str, ...] = ()  # other vocabulary-sized matrices (e.g. per-layer embeddings)
+    # Config keys (top level or in text_config) that hold a vocabulary size; each one whose value
+    # equals the embedding's rows is set to the new row count.
+    vocab_keys: tuple[str, ...] = ("vocab_size",)
     notes: str = ""
 
 
@@ -41,17 +49,22 @@ ARCHITECTURES: tuple[Architecture, ...] = (
     Architecture("qwen2", ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"), _DECODER, tie_default=False,
                  notes="small sizes tie; the embedding is padded past the tokenizer size"),
     Architecture("gemma", ("gemma", "gemma2", "gemma3_text"), _DECODER,
-                 extra=("embed_tokens_per_layer.weight",),
                  notes="embeddings are scaled by sqrt(hidden) at run time, not on disk"),
+    Architecture("gemma3n", ("gemma3n", "gemma3n_text"), _DECODER,
+                 extra=("embed_tokens_per_layer.weight",), vocab_keys=("vocab_size", "vocab_size_per_layer_input"),
+                 notes="the per-layer table grows only when it covers the whole vocabulary "
+                       "(vocab_size_per_layer_input == vocab_size); ids past it get zero per-layer inputs"),
     Architecture("gpt_neox", ("gpt_neox",), ("gpt_neox.embed_in.weight", "embed_in.weight"),
                  lm_head=("embed_out.weight",), tie_default=False),
     Architecture("opt", ("opt",), ("model.decoder.embed_tokens.weight", "decoder.embed_tokens.weight")),
     Architecture("phi", ("phi",), _DECODER, tie_default=False, biases=("lm_head.bias",)),
     Architecture("bert", ("bert",), ("bert.embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"),
                  lm_head=("cls.predictions.decoder.weight",),
-                 biases=("cls.predictions.bias", "cls.predictions.decoder.bias")),
+                 biases=("cls.predictions.bias", "cls.predictions.decoder.bias"),
+                 notes="the MLM decoder is tied; transformers 5 stores only cls.predictions.bias"),
     Architecture("t5", ("t5", "mt5", "umt5"), ("shared.weight",),
-                 aliases=("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")),
+                 aliases=("encoder.embed_tokens.weight", "decoder.embed_tokens.weight"),
+                 notes="lm_head is tied or not by tie_word_embeddings (v1.0 tied, v1.1/flan untied)"),
 )
 
 BY_MODEL_TYPE = {mt: a for a in ARCHITECTURES for mt in a.model_types}
@@ -81,6 +94,7 @@ class VocabLayout:
 
     @property
     def all_tensors(self) -> list[str]:
+        """Every tensor that grows: the matrices, then the biases."""
         return self.matrices + self.biases
 
 
@@ -90,14 +104,19 @@ def text_config(config: dict) -> dict:
     return tc if isinstance(tc, dict) else config
 
 
-def _vocab_keys(config: dict) -> list[tuple[str, ...]]:
-    keys = []
-    if "vocab_size" in config:
-        keys.append(("vocab_size",))
+def _vocab_keys(config: dict, keys: tuple[str, ...], rows: int) -> list[tuple[str, ...]]:
+    """Config paths, top level and in text_config, of the vocabulary sizes that must follow the rows."""
+    found = []
     tc = config.get("text_config")
-    if isinstance(tc, dict) and "vocab_size" in tc:
-        keys.append(("text_config", "vocab_size"))
-    return keys
+    for node, prefix in ((config, ()), (tc if isinstance(tc, dict) else {}, ("text_config",))):
+        for key in keys:
+            value = node.get(key)
+            if value == rows:
+                found.append((*prefix, key))
+            elif isinstance(value, int):
+                logger.info("config %s is %d, not the %d embedding rows: left as is", ".".join((*prefix, key)),
+                            value, rows)
+    return found
 
 
 def _find(ckpt: Checkpoint, candidates: tuple[str, ...], exclude: set[str] = frozenset()) -> str | None:
@@ -114,12 +133,22 @@ def _find(ckpt: Checkpoint, candidates: tuple[str, ...], exclude: set[str] = fro
 def detect(ckpt: Checkpoint, embedding_key: str | None = None, lm_head_key: str | None = None) -> VocabLayout:
     """Find the vocabulary-sized tensors of a checkpoint from its config and tensor names/shapes.
 
+    The family comes from config.json's `model_type` (that of `text_config` when nested) and its
+    row of `ARCHITECTURES`; an unknown family, or a known one whose names are not on disk, is
+    detected from the shapes: the 2-D tensors with `vocab_size` rows are the matrices, the 1-D
+    ones the biases (see `_detect_from_shapes`).
+
     Args:
+        ckpt: the opened checkpoint (headers only are read).
         embedding_key / lm_head_key: explicit tensor names that override detection.
 
+    Returns:
+        VocabLayout: every tensor that must grow, whether the embeddings are tied, and the config
+        keys that hold the vocabulary size.
+
     Raises:
-        InputError: when the tensors cannot be found or are ambiguous; the message says which
-            `--embedding-key` / `--lm-head-key` to pass.
+        InputError: when the tensors cannot be found or are ambiguous; the message says what was
+            found and which `--embedding-key` / `--lm-head-key` to pass.
     """
     config = ckpt.config
     tc = text_config(config)
@@ -130,22 +159,26 @@ def detect(ckpt: Checkpoint, embedding_key: str | None = None, lm_head_key: str 
             raise InputError(f"tensor '{key}' is not in the checkpoint; run `vocabsurgeon inspect` to list tensors")
 
     tie = config.get("tie_word_embeddings", tc.get("tie_word_embeddings"))
-    if arch is not None:
-        embedding = embedding_key or _find(ckpt, arch.embedding)
-        if embedding is None:
-            raise InputError(
-                f"{ckpt.path}: a {arch.name} checkpoint without its input embedding "
-                f"({' or '.join(arch.embedding)}); pass --embedding-key NAME"
-            )
+    embedding = embedding_key or (arch and _find(ckpt, arch.embedding))
+    if arch is not None and embedding is None:
+        logger.warning("%s: a %s checkpoint without %s; detecting the vocabulary tensors from the shapes",
+                       ckpt.path, arch.name, " or ".join(arch.embedding))
+    if arch is not None and embedding is not None:
         aliases = [n for n in (_find(ckpt, (a,), {embedding}) for a in arch.aliases) if n]
         lm_head = lm_head_key or _find(ckpt, arch.lm_head, {embedding, *aliases})
         tied = arch.tie_default if tie is None else bool(tie)
         biases = [n for n in (_find(ckpt, (b,)) for b in arch.biases) if n]
         extra = [n for n in (_find(ckpt, (e,)) for e in arch.extra) if n]
+        rows = ckpt.tensors[embedding].shape[0]
+        for n in [e for e in extra if ckpt.tensors[e].shape[0] != rows]:
+            logger.info("'%s' has %d rows, not the %d of '%s': it covers part of the vocabulary and stays as is",
+                        n, ckpt.tensors[n].shape[0], rows, embedding)
+            extra.remove(n)
         name = arch.name
     else:
-        embedding, lm_head, biases, extra = _detect_unknown(ckpt, tc, embedding_key, lm_head_key, model_type)
-        aliases, name = [], "unknown"
+        what = f"unknown architecture {model_type!r}" if arch is None else f"{arch.name} with unexpected tensor names"
+        embedding, lm_head, biases, extra = _detect_from_shapes(ckpt, tc, embedding_key, lm_head_key, what)
+        aliases, name = [], arch.name if arch else "unknown"
         tied = (lm_head is None) if tie is None else bool(tie)
 
     if not tied and lm_head is None:
@@ -155,7 +188,7 @@ def detect(ckpt: Checkpoint, embedding_key: str | None = None, lm_head_key: str 
         )
     emb = ckpt.tensors[embedding]
     rows = emb.shape[0]
-    for n in [*aliases, *( [lm_head] if lm_head else []), *extra, *biases]:
+    for n in [*aliases, *([lm_head] if lm_head else []), *extra, *biases]:
         t = ckpt.tensors[n]
         if t.shape[0] != rows:
             raise InputError(
@@ -163,18 +196,43 @@ def detect(ckpt: Checkpoint, embedding_key: str | None = None, lm_head_key: str 
                 "the checkpoint is inconsistent, re-export it"
             )
     if lm_head and tied:
-        # Tied weights stored twice: both are grown with the same new rows.
-        logger.info("tied embeddings are stored twice (%s and %s); both grow identically", embedding, lm_head)
-    return VocabLayout(name, embedding, lm_head, tied, rows, aliases, biases, extra, _vocab_keys(config))
+        if _same_values(ckpt, embedding, lm_head):
+            # Tied weights stored twice: both are grown with the same new rows.
+            logger.info("tied embeddings are stored twice (%s and %s); both grow identically", embedding, lm_head)
+        else:
+            # transformers 5 writes tie_word_embeddings=true for every T5, yet loads a stored lm_head
+            # that differs from the embedding untied; the new rows must follow that.
+            logger.warning(
+                "%s: config.json says the embeddings are tied, but '%s' and '%s' hold different values; "
+                "treating them as untied, as transformers does when it loads them", ckpt.path, embedding, lm_head,
+            )
+            tied = False
+    keys = _vocab_keys(config, arch.vocab_keys if arch else ("vocab_size",), rows)
+    return VocabLayout(name, embedding, lm_head, tied, rows, aliases, biases, extra, keys)
 
 
-def _detect_unknown(ckpt: Checkpoint, tc: dict, embedding_key, lm_head_key, model_type):
+def _same_values(ckpt: Checkpoint, a: str, b: str) -> bool:
+    """Whether two stored tensors hold the same values, compared a chunk of rows at a time."""
+    ta, tb = ckpt.tensors[a], ckpt.tensors[b]
+    if ta.shape != tb.shape or ta.dtype != tb.dtype:
+        return False
+    start = 0
+    for chunk in ckpt.iter_row_chunks(a):
+        other = ckpt.read_rows(b, start, start + chunk.shape[0])
+        if not torch.equal(chunk.view(torch.uint8), other.view(torch.uint8)):  # bytes: NaN == NaN here
+            return False
+        start += chunk.shape[0]
+    return True
+
+
+def _detect_from_shapes(ckpt: Checkpoint, tc: dict, embedding_key, lm_head_key, what: str):
+    """(embedding, lm_head, biases, extra) of a family the table does not know, from shapes and names."""
     vocab = tc.get("vocab_size")
     if embedding_key:
         vocab = ckpt.tensors[embedding_key].shape[0]
     if not isinstance(vocab, int):
         raise InputError(
-            f"{ckpt.path}: unknown architecture {model_type!r} and no vocab_size in config.json; "
+            f"{ckpt.path}: {what} and no vocab_size in config.json; "
             "pass --embedding-key NAME (and --lm-head-key NAME when untied)"
         )
     mats = [n for n, t in ckpt.tensors.items() if len(t.shape) == 2 and t.shape[0] == vocab]
@@ -184,10 +242,17 @@ def _detect_unknown(ckpt: Checkpoint, tc: dict, embedding_key, lm_head_key, mode
     else:
         inputs = [n for n in mats if any(s in n for s in ("embed", "wte", "word_embeddings", "shared"))
                   and not any(s in n for s in ("lm_head", "embed_out", "output"))]
+        if len(mats) == 1:
+            inputs = mats
+        if not mats:
+            raise InputError(
+                f"{ckpt.path}: {what}: no 2-D tensor has {vocab} rows (vocab_size "
+                "in config.json); pass --embedding-key NAME (and --lm-head-key NAME when untied)"
+            )
         if len(inputs) != 1:
             raise InputError(
-                f"{ckpt.path}: unknown architecture {model_type!r}; found vocabulary-sized tensors "
-                f"{mats or 'none'}; pass --embedding-key NAME (and --lm-head-key NAME when untied)"
+                f"{ckpt.path}: {what}: cannot tell the input embedding among the "
+                f"tensors with {vocab} rows {mats}; pass --embedding-key NAME (and --lm-head-key NAME when untied)"
             )
         embedding = inputs[0]
     rest = [n for n in mats if n != embedding]
@@ -199,11 +264,14 @@ def _detect_unknown(ckpt: Checkpoint, tc: dict, embedding_key, lm_head_key, mode
         lm_head = None
     else:
         raise InputError(
-            f"{ckpt.path}: unknown architecture {model_type!r}; several candidate output matrices {rest}; "
-            "pass --lm-head-key NAME"
+            f"{ckpt.path}: {what}: input embedding '{embedding}', but several "
+            f"tensors with {vocab} rows could be the output matrix {rest}; pass --lm-head-key NAME "
+            "(the others grow too, initialized with the mean)"
         )
+    extra = [n for n in rest if n != lm_head]
     logger.warning(
-        "unknown architecture %r: detected embedding %s, output %s, biases %s from shapes",
-        model_type, embedding, lm_head or "(tied)", biases or "none",
+        "%s, detected from the shapes: input embedding %s, output %s, biases %s, "
+        "other vocabulary matrices %s; pass --embedding-key/--lm-head-key if this is wrong",
+        what, embedding, lm_head or "(tied)", biases or "none", extra or "none",
     )
-    return embedding, lm_head, biases, []
+    return embedding, lm_head, biases, extra

@@ -1,0 +1,340 @@
+"""`add` on every model family of the architecture table, built tiny with transformers' own classes.
+
+Each family is saved with `save_pretrained(max_shard_size=...)` (several shards), grown with the CLI,
+and loaded back with the family's Auto class. Per family: every vocabulary-sized tensor grows,
+old rows are bit-identical, other tensors are untouched, tying is kept, new bias entries hold the
+mean bias, config vocab sizes equal the rows, token ids of the configs still name the same tokens,
+the old logits are unchanged and mean-init KL(p_old || p_new) <= log(1 + k/n).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import torch
+from click.testing import CliRunner
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+import transformers as T
+from builders import SPECIAL, bytelevel_tokenizer, save_checkpoint
+from vocabsurgeon.architectures import ARCHITECTURES, detect, text_config
+from vocabsurgeon.checkpoint import INDEX_NAME, Checkpoint
+from vocabsurgeon.cli import cli
+
+WORDS = ["Frodo", "Gandalf"]
+TEXT_OLD = "The parser returns a list of strings, and the caller joins them with spaces."
+TEXT_NEW = "Frodo asked Gandalf about the parser."
+SHARD = "20KB"  # a few shards for a hidden size of 32 and 600 rows
+V = 600  # tokenizer size; padded families have more rows
+
+
+def _tok():
+    return bytelevel_tokenizer(V)
+
+
+def _ids(tok) -> dict:
+    return {"bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id, "pad_token_id": tok.eos_token_id}
+
+
+def _decoder(**kw) -> dict:
+    return dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                num_key_value_heads=1, max_position_embeddings=64, **kw)
+
+
+def _small(**kw) -> dict:
+    return dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                max_position_embeddings=64, **kw)
+
+
+def _t5(tied: bool):
+    tok = _tok()
+    cfg = T.T5Config(vocab_size=V, d_model=32, d_ff=64, d_kv=16, num_layers=1, num_decoder_layers=1, num_heads=2,
+                     tie_word_embeddings=tied, decoder_start_token_id=tok.eos_token_id, **_ids(tok))
+    return T.T5ForConditionalGeneration(cfg)
+
+
+def _gemma3n(per_layer_rows: int):
+    tok = _tok()
+    cfg = T.Gemma3nTextConfig(
+        vocab_size=V, vocab_size_per_layer_input=per_layer_rows, hidden_size=32, hidden_size_per_layer_input=8,
+        intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+        laurel_rank=4, altup_num_inputs=2, activation_sparsity_pattern=[0.0, 0.0], num_kv_shared_layers=0,
+        layer_types=["sliding_attention", "full_attention"], **_ids(tok),
+    )
+    return T.Gemma3nForCausalLM(cfg)
+
+
+def _llava():
+    tok = _tok()
+    text = T.LlamaConfig(vocab_size=V, tie_word_embeddings=False, **_decoder(), **_ids(tok))
+    vision = T.CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                image_size=16, patch_size=8, projection_dim=16)
+    # The image token is the special token, which the test texts never contain.
+    return T.LlavaForConditionalGeneration(T.LlavaConfig(text_config=text, vision_config=vision,
+                                                         image_token_index=tok.convert_tokens_to_ids(SPECIAL)))
+
+
+@dataclass(frozen=True)
+class Family:
+    """A tiny model of one family and what `add` must grow in it."""
+
+    build: Callable[[], T.PreTrainedModel]
+    auto: type  # the Auto class that loads it back
+    architecture: str  # the row of ARCHITECTURES it must be detected as
+    tensors: tuple[str, ...]  # every vocabulary-sized tensor transformers 5 stores for it
+    tied: bool
+    stored_copies: tuple[tuple[str, str], ...] = ()  # (name, source): tied copies older exports also store
+    stored_untied: tuple[tuple[str, str], ...] = ()  # (name, like): a separate matrix stored next to `like`
+    config: tuple[tuple[str, object], ...] = ()  # config.json edits, as on the Hub
+
+
+FAMILIES = {
+    "gpt2": Family(
+        lambda: T.GPT2LMHeadModel(T.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=2, n_positions=64,
+                                               **_ids(_tok()))),
+        T.AutoModelForCausalLM, "gpt2", ("transformer.wte.weight",), tied=True),
+    "llama": Family(
+        lambda: T.LlamaForCausalLM(T.LlamaConfig(vocab_size=V, tie_word_embeddings=False, **_decoder(), **_ids(_tok()))),
+        T.AutoModelForCausalLM, "llama", ("model.embed_tokens.weight", "lm_head.weight"), tied=False),
+    "mistral": Family(
+        lambda: T.MistralForCausalLM(T.MistralConfig(vocab_size=V, tie_word_embeddings=False, **_decoder(),
+                                                     **_ids(_tok()))),
+        T.AutoModelForCausalLM, "mistral", ("model.embed_tokens.weight", "lm_head.weight"), tied=False),
+    # Qwen pads the embedding past the tokenizer (151936 rows for 151665 tokens); here 640 for 600.
+    "qwen2": Family(
+        lambda: T.Qwen2ForCausalLM(T.Qwen2Config(vocab_size=640, tie_word_embeddings=True, **_decoder(),
+                                                 **_ids(_tok()))),
+        T.AutoModelForCausalLM, "qwen2", ("model.embed_tokens.weight",), tied=True),
+    "qwen3": Family(
+        lambda: T.Qwen3ForCausalLM(T.Qwen3Config(vocab_size=640, tie_word_embeddings=True, head_dim=16,
+                                                 **_decoder(), **_ids(_tok()))),
+        T.AutoModelForCausalLM, "qwen2", ("model.embed_tokens.weight",), tied=True),
+    "gemma": Family(
+        lambda: T.GemmaForCausalLM(T.GemmaConfig(vocab_size=V, head_dim=16, **_decoder(), **_ids(_tok()))),
+        T.AutoModelForCausalLM, "gemma", ("model.embed_tokens.weight",), tied=True),
+    "gemma2": Family(
+        lambda: T.Gemma2ForCausalLM(T.Gemma2Config(vocab_size=V, head_dim=16, **_decoder(), **_ids(_tok()))),
+        T.AutoModelForCausalLM, "gemma", ("model.embed_tokens.weight",), tied=True),
+    "gemma3n-per-layer": Family(
+        lambda: _gemma3n(per_layer_rows=V), T.AutoModelForCausalLM, "gemma3n",
+        ("model.embed_tokens.weight", "model.embed_tokens_per_layer.weight"), tied=True),
+    # As in the released Gemma 3n: the per-layer table covers only the first ids, so it stays as is.
+    "gemma3n-partial-per-layer": Family(
+        lambda: _gemma3n(per_layer_rows=512), T.AutoModelForCausalLM, "gemma3n",
+        ("model.embed_tokens.weight",), tied=True),
+    "gpt_neox": Family(
+        lambda: T.GPTNeoXForCausalLM(T.GPTNeoXConfig(vocab_size=V, **_small(), **_ids(_tok()))),
+        T.AutoModelForCausalLM, "gpt_neox", ("gpt_neox.embed_in.weight", "embed_out.weight"), tied=False),
+    "opt": Family(
+        lambda: T.OPTForCausalLM(T.OPTConfig(vocab_size=V, hidden_size=32, ffn_dim=64, num_hidden_layers=2,
+                                             num_attention_heads=2, max_position_embeddings=64,
+                                             word_embed_proj_dim=32, **_ids(_tok()))),
+        T.AutoModelForCausalLM, "opt", ("model.decoder.embed_tokens.weight",), tied=True),
+    "phi": Family(
+        lambda: T.PhiForCausalLM(T.PhiConfig(vocab_size=V, **_small(), **_ids(_tok()))),
+        T.AutoModelForCausalLM, "phi", ("model.embed_tokens.weight", "lm_head.weight", "lm_head.bias"), tied=False),
+    "bert-mlm": Family(
+        lambda: T.BertForMaskedLM(T.BertConfig(vocab_size=V, **_small(), **_ids(_tok()))),
+        T.AutoModelForMaskedLM, "bert", ("bert.embeddings.word_embeddings.weight", "cls.predictions.bias"),
+        tied=True),
+    # transformers 4 exports also stored the tied decoder and its bias.
+    "bert-mlm-v4-layout": Family(
+        lambda: T.BertForMaskedLM(T.BertConfig(vocab_size=V, **_small(), **_ids(_tok()))),
+        T.AutoModelForMaskedLM, "bert",
+        ("bert.embeddings.word_embeddings.weight", "cls.predictions.bias", "cls.predictions.decoder.weight",
+         "cls.predictions.decoder.bias"), tied=True,
+        stored_copies=(("cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight"),
+                       ("cls.predictions.decoder.bias", "cls.predictions.bias"))),
+    "t5-tied": Family(lambda: _t5(tied=True), T.AutoModelForSeq2SeqLM, "t5", ("shared.weight",), tied=True),
+    # transformers 5 builds every T5 tied; T5 v1.1 / flan-t5 checkpoints store their own lm_head and say
+    # tie_word_embeddings=false, and transformers 5 re-exports them with tie_word_embeddings=true.
+    "t5-untied": Family(
+        lambda: _t5(tied=True), T.AutoModelForSeq2SeqLM, "t5", ("shared.weight", "lm_head.weight"), tied=False,
+        stored_untied=(("lm_head.weight", "shared.weight"),), config=(("tie_word_embeddings", False),)),
+    "t5-untied-v5-export": Family(
+        lambda: _t5(tied=True), T.AutoModelForSeq2SeqLM, "t5", ("shared.weight", "lm_head.weight"), tied=False,
+        stored_untied=(("lm_head.weight", "shared.weight"),)),
+    "t5-aliases": Family(
+        lambda: _t5(tied=True), T.AutoModelForSeq2SeqLM, "t5",
+        ("shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight"), tied=True,
+        stored_copies=(("encoder.embed_tokens.weight", "shared.weight"), ("decoder.embed_tokens.weight", "shared.weight"))),
+    # Multimodal: vocab_size lives in text_config, the language model under a `language_model.` prefix.
+    "llava": Family(
+        _llava, T.AutoModelForImageTextToText, "llama",
+        ("language_model.model.embed_tokens.weight", "language_model.lm_head.weight"), tied=False),
+}
+
+
+def _store(path: Path, fam: Family) -> None:
+    """Store the family's extra tensors in the shard of their source and apply its config edits."""
+    index = json.loads((path / INDEX_NAME).read_text())
+    wm = index["weight_map"]
+    for name, source, copy in [(*c, True) for c in fam.stored_copies] + [(*c, False) for c in fam.stored_untied]:
+        shard = path / wm[source]
+        with safe_open(str(shard), "pt") as f:
+            metadata = f.metadata()
+        tensors = load_file(shard)
+        tensors[name] = tensors[source].clone() if copy else torch.randn_like(tensors[source])
+        save_file(tensors, shard, metadata=metadata)
+        wm[name] = wm[source]
+        index["metadata"]["total_size"] += tensors[name].numel() * tensors[name].element_size()
+    (path / INDEX_NAME).write_text(json.dumps(index, indent=2))
+    config = json.loads((path / "config.json").read_text())
+    config.update(fam.config)
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """Build each family once per module, on first use."""
+    root = tmp_path_factory.mktemp("families")
+    cache: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in cache:
+            fam = FAMILIES[name]
+            torch.manual_seed(0)
+            path = save_checkpoint(fam.build().eval(), _tok(), root / name, max_shard_size=SHARD)
+            _store(path, fam)
+            cache[name] = path
+        return cache[name]
+
+    return get
+
+
+def _add(src: Path, out: Path, *extra: str) -> dict:
+    args = ["add", "-q", "--json", str(src), str(out), *extra]
+    for w in WORDS:
+        args += ["-t", w]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 0, r.output + r.stderr
+    return json.loads(r.stdout)
+
+
+def _tensor(path: Path, ckpt: Checkpoint, name: str) -> torch.Tensor:
+    with safe_open(str(path / ckpt.tensors[name].file), "pt") as f:
+        return f.get_tensor(name)
+
+
+def _logits(model, auto, ids: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        if auto is T.AutoModelForSeq2SeqLM:
+            return model(input_ids=ids, decoder_input_ids=ids).logits[0]
+        return model(input_ids=ids).logits[0]
+
+
+def _token_ids(config: dict, prefix: str = "") -> dict[str, int]:
+    """Every `*_token_id(s)` of a config (nested configs too), flattened to name -> id."""
+    out = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out.update(_token_ids(value, f"{prefix}{key}."))
+        elif key.endswith(("_token_id", "_token_ids", "_token_index")):
+            for i, v in enumerate(value if isinstance(value, list) else [value]):
+                if isinstance(v, int):
+                    out[f"{prefix}{key}[{i}]"] = v
+    return out
+
+
+def _vocab_values(config: dict, prefix: str = "") -> dict[str, int]:
+    out = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out.update(_vocab_values(value, f"{prefix}{key}."))
+        elif key.startswith("vocab_size") and isinstance(value, int):
+            out[prefix + key] = value
+    return out
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_add_grows_every_vocabulary_tensor_and_keeps_the_model(family, built, tmp_path):
+    fam = FAMILIES[family]
+    src, out = built(family), tmp_path / "out"
+    summary = _add(src, out)
+    a, b = Checkpoint.open(src), Checkpoint.open(out)
+    assert len(a.shards) >= 3, "the family should be saved in several shards"
+    assert summary["architecture"] == fam.architecture
+    n, rows_after = summary["rows_before"], summary["rows_after"]
+    k = rows_after - n
+    assert k == len(summary["added"]) > 0
+
+    # Every tensor with one row per id (found from the shapes, not from the table) grew.
+    vocab_tensors = {name for name, t in a.tensors.items() if t.shape[0] == n}
+    assert vocab_tensors == set(fam.tensors)
+    assert set(summary["tensors"]) == vocab_tensors
+    for name, t in a.tensors.items():
+        old, new = _tensor(src, a, name), _tensor(out, b, name)
+        if name in vocab_tensors:
+            assert new.shape == (rows_after, *old.shape[1:]), name
+            assert torch.equal(new[:n], old), f"old rows of {name} changed"
+            # --init mean: every new row (bias entry) is the mean of the old rows of the same tensor.
+            torch.testing.assert_close(new[n:], old.double().mean(0).to(old.dtype).expand_as(new[n:]), msg=name)
+        else:
+            assert torch.equal(new, old), f"untouched tensor {name} changed"
+    for name, source in fam.stored_copies:  # tied copies stay copies
+        assert torch.equal(_tensor(out, b, name), _tensor(out, b, source)), name
+
+    # Config: every vocabulary size that counted the rows now counts the new rows; the rest stay.
+    cfg_a, cfg_b = json.loads((src / "config.json").read_text()), json.loads((out / "config.json").read_text())
+    assert text_config(cfg_b)["vocab_size"] == rows_after
+    for key, value in _vocab_values(cfg_a).items():
+        assert _vocab_values(cfg_b)[key] == (rows_after if value == n else value), key
+
+    # Token ids of the configs (generation_config.json too) are unchanged and name the same tokens.
+    old_tok, new_tok = T.AutoTokenizer.from_pretrained(src), T.AutoTokenizer.from_pretrained(out)
+    gen_a = src / "generation_config.json"
+    if gen_a.exists():
+        assert (out / "generation_config.json").read_bytes() == gen_a.read_bytes()
+    ids = {**_token_ids(cfg_a), **(_token_ids(json.loads(gen_a.read_text())) if gen_a.exists() else {})}
+    assert ids, "the family config should hold token ids"
+    assert _token_ids(cfg_b) == _token_ids(cfg_a)
+    for key, i in ids.items():
+        assert 0 <= i < rows_after, key
+        if i < V:
+            assert new_tok.convert_ids_to_tokens(i) == old_tok.convert_ids_to_tokens(i), key
+
+    # Loaded back with its Auto class: tie kept, vocabulary size = rows, old logits kept, KL bound.
+    old_m = fam.auto.from_pretrained(src).eval()
+    new_m = fam.auto.from_pretrained(out).eval()
+    for m in (old_m, new_m):
+        emb, head = m.get_input_embeddings().weight, m.get_output_embeddings().weight
+        assert (emb.data_ptr() == head.data_ptr()) == fam.tied
+    assert new_m.get_input_embeddings().weight.shape[0] == rows_after
+    assert new_m.config.get_text_config().vocab_size == rows_after
+    x = torch.tensor([old_tok(TEXT_OLD).input_ids])
+    old_l, new_l = _logits(old_m, fam.auto, x), _logits(new_m, fam.auto, x)
+    assert old_l.shape[-1] == n and new_l.shape[-1] == rows_after
+    torch.testing.assert_close(new_l[:, :n], old_l, rtol=0, atol=1e-5)
+    lp_old, lp_new = old_l.double().log_softmax(-1), new_l.double().log_softmax(-1)[:, :n]
+    kl = (lp_old.exp() * (lp_old - lp_new)).sum(-1)
+    assert kl.max().item() <= math.log1p(k / n) + 1e-9
+    assert kl.min().item() > 0  # the new tokens took some probability mass
+    y = torch.cat([x, torch.tensor([[t["id"] for t in summary["added"]]])], dim=1)  # the new rows are usable
+    assert torch.isfinite(_logits(new_m, fam.auto, y)).all()
+
+
+# transformers 5 loads a qwen2 checkpoint's tokenizer as Qwen2Tokenizer, which rebuilds the BPE
+# from vocab + merges and drops the `ignore_merges` flag the new vocabulary entries rely on.
+_QWEN2_TOKENIZER = pytest.mark.xfail(strict=True, reason="Qwen2Tokenizer drops ignore_merges: new words are split")
+
+
+@pytest.mark.parametrize("family", [pytest.param(f, marks=_QWEN2_TOKENIZER) if f == "qwen2" else f for f in FAMILIES])
+def test_new_words_are_one_token_with_the_family_tokenizer(family, built, tmp_path):
+    src, out = built(family), tmp_path / "out"
+    summary = _add(src, out)
+    new_tok, old_tok = T.AutoTokenizer.from_pretrained(out), T.AutoTokenizer.from_pretrained(src)
+    assert new_tok(TEXT_OLD).input_ids == old_tok(TEXT_OLD).input_ids
+    want = {t["form"]: t["id"] for t in summary["added"]}
+    for form, i in want.items():
+        assert new_tok(form, add_special_tokens=False).input_ids == [i], (form, type(new_tok).__name__)
+
+
+def test_every_row_of_the_table_is_tested():
+    assert {FAMILIES[f].architecture for f in FAMILIES} == {a.name for a in ARCHITECTURES}
