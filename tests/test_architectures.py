@@ -338,3 +338,170 @@ def test_new_words_are_one_token_with_the_family_tokenizer(family, built, tmp_pa
 
 def test_every_row_of_the_table_is_tested():
     assert {FAMILIES[f].architecture for f in FAMILIES} == {a.name for a in ARCHITECTURES}
+
+
+# --- sentence-transformers: modules.json, 1_Pooling/ and the transformer at the root ---
+
+ST_FILES = {
+    "modules.json": [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ],
+    "sentence_bert_config.json": {"max_seq_length": 64, "do_lower_case": False},
+    "config_sentence_transformers.json": {"prompts": {}, "default_prompt_name": None, "similarity_fn_name": "cosine"},
+    "1_Pooling/config.json": {"word_embedding_dimension": 32, "pooling_mode_mean_tokens": True},
+}
+
+
+def _bert_encoder(path: Path) -> Path:
+    """A tiny BertModel (no MLM head, as sentence-transformers stores it) saved in shards."""
+    tok = _tok()
+    tok.pad_token = tok.eos_token
+    torch.manual_seed(0)
+    model = T.BertModel(T.BertConfig(vocab_size=V, pad_token_id=tok.pad_token_id, **_small()), add_pooling_layer=False)
+    return save_checkpoint(model.eval(), tok, path, max_shard_size=SHARD)
+
+
+def _hidden(path: Path, text: str) -> torch.Tensor:
+    ids = torch.tensor([T.AutoTokenizer.from_pretrained(path)(text).input_ids])
+    with torch.no_grad():
+        return T.AutoModel.from_pretrained(path).eval()(input_ids=ids).last_hidden_state
+
+
+def test_sentence_transformers_layout_is_carried_over_and_loads(tmp_path):
+    src = _bert_encoder(tmp_path / "st")
+    for rel, data in ST_FILES.items():
+        (src / rel).parent.mkdir(exist_ok=True)
+        (src / rel).write_text(json.dumps(data, indent=2))
+    out = tmp_path / "out"
+    summary = _add(src, out)
+    assert summary["architecture"] == "bert" and summary["tied"] is True
+    assert set(summary["tensors"]) == {"embeddings.word_embeddings.weight"}
+    for rel in ST_FILES:
+        assert (out / rel).read_bytes() == (src / rel).read_bytes(), rel
+    assert json.loads((out / "config.json").read_text())["vocab_size"] == summary["rows_after"]
+    torch.testing.assert_close(_hidden(out, TEXT_OLD), _hidden(src, TEXT_OLD), rtol=0, atol=1e-6)
+    assert torch.isfinite(_hidden(out, TEXT_NEW)).all()
+
+
+def test_sentence_transformers_loads_and_encodes_the_output(tmp_path):
+    pytest.importorskip("sentence_transformers", reason="sentence-transformers is not installed")
+    from sentence_transformers import SentenceTransformer, models
+
+    hf = _bert_encoder(tmp_path / "hf")
+    src = tmp_path / "st"
+    SentenceTransformer(modules=[models.Transformer(str(hf)), models.Pooling(32)]).save(str(src))
+    for f in src.glob("model*.safetensors*"):  # re-save the root transformer in shards
+        f.unlink()
+    T.AutoModel.from_pretrained(hf).save_pretrained(src, max_shard_size=SHARD)
+    before = SentenceTransformer(str(src), device="cpu")
+    out = tmp_path / "out"
+    summary = _add(src, out)
+    after = SentenceTransformer(str(out), device="cpu")
+    assert (out / "modules.json").read_bytes() == (src / "modules.json").read_bytes()
+    assert (out / "1_Pooling" / "config.json").read_bytes() == (src / "1_Pooling" / "config.json").read_bytes()
+    torch.testing.assert_close(after.encode([TEXT_OLD], convert_to_tensor=True),
+                               before.encode([TEXT_OLD], convert_to_tensor=True), rtol=0, atol=1e-6)
+    ids = after.tokenize([" " + WORDS[0]])["input_ids"][0].tolist()
+    assert ids == [t["id"] for t in summary["added"] if t["form"] == " " + WORDS[0]]
+    assert torch.isfinite(after.encode([TEXT_NEW], convert_to_tensor=True)).all()
+
+
+# --- architectures the table does not know ---
+
+def _mystery(path: Path, tensors: dict[str, tuple[int, ...]], **config) -> Path:
+    """A hand-made single-file checkpoint of an unknown family with the given tensor shapes."""
+    path.mkdir()
+    gen = torch.Generator().manual_seed(0)
+    save_file({n: torch.randn(shape, generator=gen) for n, shape in tensors.items()}, path / "model.safetensors",
+              metadata={"format": "pt"})
+    (path / "config.json").write_text(json.dumps({"model_type": "mystery", "vocab_size": V, **config}))
+    _tok().save_pretrained(path)
+    return path
+
+
+def _run(*args: str) -> tuple[int, str, str]:
+    r = CliRunner().invoke(cli, ["add", "-q", *args, "-t", WORDS[0]])
+    return r.exit_code, r.stdout, r.stderr
+
+
+def test_unknown_architecture_is_detected_from_the_shapes(built, tmp_path):
+    src = Path(shutil.copytree(built("llama"), tmp_path / "src"))
+    config = json.loads((src / "config.json").read_text())
+    config.update(model_type="mystery", architectures=["MysteryForCausalLM"])
+    (src / "config.json").write_text(json.dumps(config))
+    r = CliRunner().invoke(cli, ["add", "--json", str(src), str(tmp_path / "out"), "-t", WORDS[0]])
+    assert r.exit_code == 0, r.stderr
+    assert ("WARNING: unknown architecture 'mystery', detected from the shapes: input embedding "
+            "model.embed_tokens.weight, output lm_head.weight, biases none, other vocabulary matrices none; "
+            "pass --embedding-key/--lm-head-key if this is wrong\n") in r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["architecture"] == "unknown" and summary["tied"] is False
+    assert set(summary["tensors"]) == {"model.embed_tokens.weight", "lm_head.weight"}
+    b = Checkpoint.open(tmp_path / "out")
+    assert b.tensors["lm_head.weight"].shape[0] == b.tensors["model.embed_tokens.weight"].shape[0] == summary["rows_after"]
+
+
+def test_known_family_with_other_names_falls_back_to_the_shapes(tmp_path):
+    # Meta's original Llama names, under a transformers config.
+    src = _mystery(tmp_path / "src", {"tok_embeddings.weight": (V, 16), "output.weight": (V, 16), "norm.weight": (16,)},
+                   model_type="llama", tie_word_embeddings=False)
+    layout = detect(Checkpoint.open(src))
+    assert (layout.architecture, layout.embedding, layout.lm_head, layout.tied) == (
+        "llama", "tok_embeddings.weight", "output.weight", False)
+
+
+AMBIGUOUS = {"wordvecs.weight": (V, 16), "proj_b.weight": (V, 16), "proj_a.weight": (V, 16), "proj_a.bias": (V,),
+             "norm.weight": (16,)}
+
+
+def test_ambiguous_unknown_architecture_asks_for_the_keys(tmp_path):
+    src = _mystery(tmp_path / "src", AMBIGUOUS)
+    out = tmp_path / "out"
+    assert _run(str(src), str(out)) == (2, "", (
+        f"Error: {src}: unknown architecture 'mystery': cannot tell the input embedding among the tensors with "
+        f"{V} rows ['proj_a.weight', 'proj_b.weight', 'wordvecs.weight']; pass --embedding-key NAME (and "
+        "--lm-head-key NAME when untied)\n"))
+    assert _run(str(src), str(out), "--embedding-key", "wordvecs.weight") == (2, "", (
+        f"Error: {src}: unknown architecture 'mystery': input embedding 'wordvecs.weight', but several tensors "
+        f"with {V} rows could be the output matrix ['proj_a.weight', 'proj_b.weight']; pass --lm-head-key NAME "
+        "(the others grow too, initialized with the mean)\n"))
+    assert _run(str(src), str(out), "--embedding-key", "nope") == (2, "", (
+        "Error: tensor 'nope' is not in the checkpoint; run `vocabsurgeon inspect` to list tensors\n"))
+    assert not out.exists()
+
+    code, stdout, _ = _run("--json", str(src), str(out), "--embedding-key", "wordvecs.weight",
+                           "--lm-head-key", "proj_a.weight")
+    assert code == 0
+    summary = json.loads(stdout)
+    n, rows = summary["rows_before"], summary["rows_after"]
+    assert {name: t["init"] for name, t in summary["tensors"].items()} == {
+        "wordvecs.weight": "mean", "proj_a.weight": "mean", "proj_b.weight": "mean", "proj_a.bias": "mean"}
+    a, b = Checkpoint.open(src), Checkpoint.open(out)
+    for name in summary["tensors"]:
+        old, new = _tensor(src, a, name), _tensor(out, b, name)
+        assert new.shape[0] == rows and torch.equal(new[:n], old), name
+    assert torch.equal(_tensor(out, b, "norm.weight"), _tensor(src, a, "norm.weight"))
+
+
+@pytest.mark.parametrize("tensors, config, message", [
+    ({"wordvecs.weight": (V, 16)}, {"vocab_size": None},
+     "unknown architecture 'mystery' and no vocab_size in config.json; pass --embedding-key NAME "
+     "(and --lm-head-key NAME when untied)"),
+    ({"wordvecs.weight": (V + 8, 16)}, {},
+     f"unknown architecture 'mystery': no 2-D tensor has {V} rows (vocab_size in config.json); pass "
+     "--embedding-key NAME (and --lm-head-key NAME when untied)"),
+    ({"wordvecs.weight": (V, 16)}, {"tie_word_embeddings": False},
+     "config.json says the embeddings are untied, but no output matrix was found; pass --lm-head-key NAME "
+     "(see `vocabsurgeon inspect`)"),
+], ids=["no-vocab-size", "no-vocab-tensor", "untied-without-output"])
+def test_unknown_architecture_errors(tensors, config, message, tmp_path):
+    src = _mystery(tmp_path / "src", tensors, **config)
+    assert _run(str(src), str(tmp_path / "out")) == (2, "", f"Error: {src}: {message}\n")
+
+
+def test_unknown_single_matrix_is_a_tied_embedding(tmp_path):
+    src = _mystery(tmp_path / "src", {"wordvecs.weight": (V, 16), "norm.weight": (16,)})
+    layout = detect(Checkpoint.open(src))
+    assert (layout.architecture, layout.embedding, layout.lm_head, layout.tied) == (
+        "unknown", "wordvecs.weight", None, True)

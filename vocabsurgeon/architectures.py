@@ -139,7 +139,8 @@ def detect(ckpt: Checkpoint, embedding_key: str | None = None, lm_head_key: str 
     ones the biases (see `_detect_from_shapes`).
 
     Args:
-        ckpt: the opened checkpoint (headers only are read).
+        ckpt: the opened checkpoint. Only headers are read, except when config.json says tied and an
+            output matrix is stored too: then its values are compared with the embedding's.
         embedding_key / lm_head_key: explicit tensor names that override detection.
 
     Returns:
@@ -160,9 +161,6 @@ def detect(ckpt: Checkpoint, embedding_key: str | None = None, lm_head_key: str 
 
     tie = config.get("tie_word_embeddings", tc.get("tie_word_embeddings"))
     embedding = embedding_key or (arch and _find(ckpt, arch.embedding))
-    if arch is not None and embedding is None:
-        logger.warning("%s: a %s checkpoint without %s; detecting the vocabulary tensors from the shapes",
-                       ckpt.path, arch.name, " or ".join(arch.embedding))
     if arch is not None and embedding is not None:
         aliases = [n for n in (_find(ckpt, (a,), {embedding}) for a in arch.aliases) if n]
         lm_head = lm_head_key or _find(ckpt, arch.lm_head, {embedding, *aliases})
@@ -235,8 +233,8 @@ def _detect_from_shapes(ckpt: Checkpoint, tc: dict, embedding_key, lm_head_key, 
             f"{ckpt.path}: {what} and no vocab_size in config.json; "
             "pass --embedding-key NAME (and --lm-head-key NAME when untied)"
         )
-    mats = [n for n, t in ckpt.tensors.items() if len(t.shape) == 2 and t.shape[0] == vocab]
-    biases = [n for n, t in ckpt.tensors.items() if len(t.shape) == 1 and t.shape[0] == vocab]
+    mats = sorted(n for n, t in ckpt.tensors.items() if len(t.shape) == 2 and t.shape[0] == vocab)
+    biases = sorted(n for n, t in ckpt.tensors.items() if len(t.shape) == 1 and t.shape[0] == vocab)
     if embedding_key:
         embedding = embedding_key
     else:
