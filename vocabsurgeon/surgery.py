@@ -111,10 +111,15 @@ class Plan:
             f"({len(d['added'])} tokens, {d['padding_rows']} padding rows)",
             f"init: input {d['init']['input']}, output {d['init']['output']}, biases mean",
         ]
-        for a in d["added"]:
+        show = 30  # a long token list is summarized; --json has all of it
+        for a in d["added"][:show]:
             lines.append(f"  + {a['id']:>7}  {a['form']!r} ({a['mechanism']})")
-        for s in d["skipped"]:
+        if len(d["added"]) > show:
+            lines.append(f"  + ... and {len(d['added']) - show} more (see --json)")
+        for s in d["skipped"][:show]:
             lines.append(f"  = skipped {s['token']!r}: {s['reason']}")
+        if len(d["skipped"]) > show:
+            lines.append(f"  = ... and {len(d['skipped']) - show} more skipped")
         lines.append(f"rewrite {len(self.rewrite)} shard(s): {', '.join(self.rewrite)}")
         if self.copy:
             lines.append(f"copy {len(self.copy)} shard(s) byte for byte{' (hard links)' if self.options.link else ''}")

@@ -201,8 +201,8 @@ def check_output_path(src: Path, out: Path, force: bool) -> None:
         raise OutputExistsError(f"{out}: exists and is not a directory; choose another output path")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise OutputExistsError(f"{out}: exists and is not empty; pass --force to replace it, or choose another directory")
-    if not out.parent.is_dir():
-        raise InputError(f"{out.parent}: parent directory of the output does not exist; create it first")
+    if out.parent.exists() and not out.parent.is_dir():
+        raise InputError(f"{out.parent}: is not a directory; choose another output path")
 
 
 @contextlib.contextmanager
@@ -213,6 +213,7 @@ def staging(out: Path, *, force: bool = False) -> Iterator[Path]:
     same `out` both stage; the second rename fails (the target is no longer empty) and that run
     fails cleanly.
     """
+    out.parent.mkdir(parents=True, exist_ok=True)
     sweep_stale_staging(out)
     stage = out.parent / f".{out.name}{STAGING_TAG}{os.getpid()}-{time.monotonic_ns() % 10**9}"
     stage.mkdir()
