@@ -96,6 +96,7 @@ class Plan:
             "added": [{"token": t.text, "form": t.form, "piece": t.piece, "id": t.id, "mechanism": t.mechanism}
                       for t in self.tokens.new],
             "skipped": self.tokens.skipped,
+            "tokenizer_notes": self.tokens.notes,
             "kl_bound": kl_bound(self.k, self.rows_before) if self.k else 0.0,
             "files_rewritten": self.rewrite,
             "files_copied": self.copy,

@@ -1,21 +1,31 @@
-"""Adding tokens to a `tokenizer.json` so new words behave like native words.
+"""Adding tokens to a checkpoint's tokenizer so new words behave like native words, per family.
 
-Plain `add_tokens` makes an *added token*, matched before pre-tokenization. On byte-level BPE
-that leaves a lone "Ġ" before the word (" Frodo" -> "Ġ" + "Frodo"), doubling the cost it was
-meant to save. Instead, per family:
+Plain `add_tokens` makes an *added token* "Frodo", matched before pre-tokenization: on byte-level
+BPE " Frodo" then costs "Ġ" + "Frodo", on SentencePiece "▁" + "Frodo" (and "Frodo, and" decodes
+as "Frodo , and"). vocabsurgeon gives every word two entries, the bare form ("Frodo": sentence
+start, after punctuation) and the word-start form (" Frodo": after a space), by the mechanism
+that each family, and every loader of it, honours:
 
-- byte-level BPE (GPT-2, Llama 3, Qwen): a word that the pre-tokenizer keeps in one piece gets
-  two real vocabulary entries, the bare form ("Frodo") and the word-start form ("ĠFrodo"), as
-  native words have, and the BPE model gets `ignore_merges` (as Llama 3 ships) so a pre-token
-  that is a whole vocabulary entry maps to it directly. No merges are added, so text without the
-  new words tokenizes exactly as before; this is checked on the vocabulary before it is relied on.
-  A word the pre-tokenizer splits (e.g. "C++", "Minas Tirith") becomes a pair of added tokens,
-  "C++" and " C++".
-- special tokens (`--special`): added tokens with `special: true`, skipped by
-  `decode(skip_special_tokens=True)`.
+| family | mechanism |
+|---|---|
+| byte-level BPE (GPT-2, Llama 3, Qwen) | added tokens "Frodo" and " Frodo" (the space is part of the token); a bare form that the ByteLevel decoder would garble (all its characters are byte symbols, e.g. "Éowyn") is a real entry "Ã\x89owyn" with `ignore_merges` instead |
+| SentencePiece-style BPE (Llama 2, Mistral, Gemma: Metaspace "▁", byte fallback) | added tokens "Frodo" and " Frodo" |
+| SentencePiece Unigram (T5) | real pieces "▁Frodo" and "Frodo" with the score of the most likely piece |
+| WordPiece (BERT), cased or uncased | a real entry "Frodo" ("frodo" when the tokenizer lowercases: the user is told; a token that would take over an existing word is refused) |
+| any, with `--special` | a special added token, skipped by `decode(skip_special_tokens=True)` |
+
+A word the pre-tokenizer splits (e.g. "C++" on WordPiece, "Minas Tirith" on Unigram) falls
+back to added tokens. Added tokens survive every loader: transformers 5's model-specific classes
+(GPT2Tokenizer, Qwen2Tokenizer, LlamaTokenizer, T5Tokenizer, BertTokenizer) rebuild the backend
+from vocab, merges and scores with hard-coded options, so model options like `ignore_merges` are
+dropped, while added tokens, vocab entries and Unigram scores are kept.
 
 Every new token also goes into the model vocabulary at its id, because on load the ids of
 `added_tokens` are not authoritative: the library reassigns ids to tokens missing from the model.
+New ids may start past the tokenizer's size (rows reserved or padded in the embedding): dict
+vocabularies (BPE, WordPiece) simply have a gap; a Unigram vocabulary is a list indexed by id, so
+the gap is filled with placeholder pieces that contain a space, which pre-tokenized text never
+does, scored below every real piece: they are never produced and keep their rows' old meaning.
 """
 
 from __future__ import annotations
@@ -26,7 +36,7 @@ import unicodedata
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer, pre_tokenizers
 
 from .checkpoint import read_json
 from .errors import InputError, VocabSurgeonError
@@ -36,7 +46,19 @@ logger = logging.getLogger(__name__)
 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
+SLOW_TOKENIZER_FILE = "tokenizer.model"
 MAX_TOKEN_CHARS = 256
+# tokenizer_config classes that load tokenizer.json without rebuilding it.
+FILE_AS_WRITTEN_CLASSES = {"PreTrainedTokenizerFast", "TokenizersBackend"}
+GAP_PIECE = "<vocabsurgeon unused {}>"  # Unigram placeholders; the space makes them unreachable
+
+_BYTE_LEVEL = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+_BYTE_ALPHABET = set(pre_tokenizers.ByteLevel.alphabet())
+
+
+def byte_level(text: str) -> str:
+    """The byte-level BPE spelling of `text` ("Éowyn" -> "Ã\\x89owyn", " x" -> "Ġx")."""
+    return "".join(p for p, _ in _BYTE_LEVEL.pre_tokenize_str(text))
 
 
 @dataclass
@@ -45,21 +67,30 @@ class NewToken:
 
     text: str  # the word as the user gave it
     form: str  # the text this entry stands for: the word, or " " + word for the word-start form
-    piece: str  # the string stored in the tokenizer (e.g. "ĠFrodo")
+    piece: str  # the string stored in the tokenizer (e.g. "Frodo", " Frodo", "▁Frodo", "Ã\x89owyn")
     id: int
-    mechanism: str  # "vocab" (a real BPE entry), "added" or "special" (an added token)
+    mechanism: str  # "vocab" (a real model entry), "added" or "special" (an added token)
     pieces: list[int] = field(default_factory=list)  # ids of `form` under the original tokenizer
+    normalized: bool = False  # added tokens only: matched on normalized text (uncased WordPiece)
+    score: float | None = None  # Unigram only: the piece's log probability
 
 
 @dataclass
 class TokenizerPlan:
+    """The new entries, the tokens skipped and why, and what else changes in the tokenizer files."""
+
     family: str
     new: list[NewToken]
     skipped: list[dict]  # {"token": ..., "reason": ...}
     set_ignore_merges: bool = False
+    notes: list[str] = field(default_factory=list)  # what else was changed, for the report
+    gap: tuple[int, int] | None = None  # Unigram ids [start, end) filled with placeholders
+    original: Tokenizer | None = field(default=None, repr=False, compare=False)  # for verification
 
     def to_dict(self) -> dict:
-        return {"family": self.family, "new": [asdict(t) for t in self.new], "skipped": self.skipped}
+        """The plan as plain data (the --json view)."""
+        return {"family": self.family, "new": [asdict(t) for t in self.new], "skipped": self.skipped,
+                "notes": self.notes}
 
 
 def read_tokens_file(path: str | Path) -> list[str]:
@@ -109,6 +140,7 @@ def read_tokens_file(path: str | Path) -> list[str]:
     return tokens
 
 
+
 def detect_family(data: dict) -> str:
     """Name the tokenizer family of a parsed tokenizer.json."""
     model = data.get("model") or {}
@@ -132,18 +164,53 @@ def detect_family(data: dict) -> str:
     return f"other ({mtype})"
 
 
+SUPPORTED_FAMILIES = ("byte-level-bpe", "sentencepiece-bpe", "unigram", "wordpiece")
+
+
+def convert_slow_tokenizer(directory: str | Path) -> tuple[dict, str]:
+    """Build tokenizer.json from a slow SentencePiece `tokenizer.model` with transformers' converter.
+
+    Returns:
+        (the tokenizer.json object, the transformers class that converted it).
+
+    Raises:
+        InputError: transformers (with sentencepiece) cannot convert it.
+    """
+    directory = Path(directory)
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(directory), trust_remote_code=False)
+        data = json.loads(tok.backend_tokenizer.to_str())
+    except Exception as e:  # conversion errors come from transformers, sentencepiece and protobuf alike
+        raise InputError(
+            f"{directory / SLOW_TOKENIZER_FILE}: cannot convert it to tokenizer.json ({type(e).__name__}: {e}); "
+            "install sentencepiece and protobuf, or convert it yourself with "
+            "AutoTokenizer.from_pretrained(dir).save_pretrained(dir)"
+        ) from None
+    return data, type(tok).__name__
+
+
 class TokenizerEditor:
     """A checkpoint's fast tokenizer, opened for adding tokens."""
 
     def __init__(self, path: str | Path):
         self.dir = Path(path)
         file = self.dir / TOKENIZER_FILE
-        if not file.exists():
+        self.converted_from: str | None = None
+        if file.exists():
+            self.data = read_json(file)
+        elif (self.dir / SLOW_TOKENIZER_FILE).exists():
+            self.data, cls = convert_slow_tokenizer(self.dir)
+            self.converted_from = cls
+            logger.warning("%s has no %s: converted %s with transformers' %s",
+                           self.dir, TOKENIZER_FILE, SLOW_TOKENIZER_FILE, cls)
+        else:
             raise InputError(
-                f"{file}: missing; vocabsurgeon edits fast tokenizers (tokenizer.json). Convert the "
-                "tokenizer with transformers (AutoTokenizer.from_pretrained(dir).save_pretrained(dir)) first"
+                f"{file}: missing, and there is no {SLOW_TOKENIZER_FILE} to convert; vocabsurgeon edits fast "
+                "tokenizers (tokenizer.json). Save the tokenizer with transformers "
+                "(AutoTokenizer.from_pretrained(dir).save_pretrained(dir)) first"
             )
-        self.data = read_json(file)
         try:
             self.tok = Tokenizer.from_str(json.dumps(self.data))
         except Exception as e:  # the Rust parser raises plain Exception subclasses
@@ -152,7 +219,13 @@ class TokenizerEditor:
         self.config = read_json(cfg) if cfg.exists() else None
         self.family = detect_family(self.data)
         self.model = self.data["model"]
-        self.vocab: dict[str, int] = self.model.get("vocab") if isinstance(self.model.get("vocab"), dict) else {}
+        raw_vocab = self.model.get("vocab")
+        if isinstance(raw_vocab, dict):
+            self.vocab: dict[str, int] = raw_vocab
+        elif isinstance(raw_vocab, list):  # Unigram: [[piece, score], ...], the id is the index
+            self.vocab = {p[0]: i for i, p in enumerate(raw_vocab)}
+        else:
+            self.vocab = {}
         self.added = {t["content"]: t for t in self.data.get("added_tokens") or []}
         self._check_ids()
 
@@ -174,14 +247,18 @@ class TokenizerEditor:
         return max(ids) + 1
 
     def has(self, piece: str) -> bool:
+        """Whether `piece` is already a vocabulary entry or an added token."""
         return piece in self.vocab or piece in self.added
 
     def encode(self, text: str) -> list[int]:
+        """Ids of `text` under the original tokenizer, without special tokens."""
         return self.tok.encode(text, add_special_tokens=False).ids
 
+    def _normalize(self, text: str) -> str:
+        return self.tok.normalizer.normalize_str(text) if self.tok.normalizer is not None else text
+
     def _pretokenize(self, text: str) -> list[str]:
-        if self.tok.normalizer is not None:
-            text = self.tok.normalizer.normalize_str(text)
+        text = self._normalize(text)
         if self.tok.pre_tokenizer is None:
             return [text]
         return [p for p, _ in self.tok.pre_tokenizer.pre_tokenize_str(text)]
@@ -203,14 +280,94 @@ class TokenizerEditor:
                 return False
         return True
 
+    def _unigram_score(self) -> float:
+        """The score of new Unigram pieces: that of the most likely ordinary piece.
+
+        Scores are log probabilities (<= 0), so a whole-word piece with the best score beats any
+        split of the word into two or more pieces, and the word is one token wherever it occurs.
+        """
+        scores = [s for p, s in self.model["vocab"] if p not in self.added]
+        return max(scores) if scores else 0.0
+
+    def _word_entries(self, w: str) -> list[tuple[str, str, str, bool]]:
+        """(form, piece, mechanism, normalized) of the entries that make `w` one token, per family."""
+        fam = self.family
+        forms = [w, " " + w]
+        if fam == "byte-level-bpe":
+            out = []
+            for form in forms:
+                enc = byte_level(form)
+                garbled = enc != form and all(c in _BYTE_ALPHABET for c in form)
+                if garbled and self._pretokenize(form) == [enc]:
+                    # The ByteLevel decoder would read an added token "Éowyn" as bytes: "�owyn".
+                    out.append((form, enc, "vocab", False))
+                else:
+                    if garbled:
+                        logger.warning("token %r: decoding its added token may garble it (ByteLevel decoder)", w)
+                    out.append((form, form, "added", False))
+            return out
+        if fam == "sentencepiece-bpe":
+            return [(f, f, "added", False) for f in forms]
+        if fam == "unigram":
+            pre = self._pretokenize(" " + w)
+            if len(pre) == 1 and not any(c.isspace() for c in pre[0]):
+                spaced = pre[0]  # "▁Frodo"; the bare form follows punctuation inside a pre-token: "▁(Frodo"
+                bare = spaced[1:] if spaced.startswith("▁") and len(spaced) > 1 else spaced
+                return [(w, bare, "vocab", False), (" " + w, spaced, "vocab", False)]
+            logger.warning("token %r: the pre-tokenizer splits it; it becomes added tokens, and a word-boundary "
+                           "piece may follow it", w)
+            return [(f, f, "added", False) for f in forms]
+        if fam == "wordpiece":
+            norm = self._normalize(w)
+            pre = self._pretokenize(w)
+            if pre == [norm]:
+                return [(w, norm, "vocab", False)]
+            return [(w, norm.strip(), "added", norm != w)]
+        raise InputError(
+            f"{self.dir / TOKENIZER_FILE}: {fam} tokenizers are not supported (supported: "
+            f"{', '.join(SUPPORTED_FAMILIES)}); open an issue with the model name"
+        )
+
+    def _check_normalization(self, w: str, claimed: dict[str, str]) -> str | None:
+        """On families whose entries are matched on normalized text, refuse a token that would take
+        over an existing word or another new token; returns the normalized form when it differs."""
+        if self.family not in ("wordpiece", "unigram"):
+            return None
+        norm = self._normalize(w)
+        if norm == w:
+            return None
+        key = norm.strip()
+        if key in claimed:
+            raise InputError(
+                f"token {w!r}: the tokenizer normalizes it to {key!r}, the same as token {claimed[key]!r}; "
+                "remove one of them"
+            )
+        if self.family == "wordpiece" and self.has(key) and not self.has(w):
+            raise InputError(
+                f"token {w!r}: the tokenizer normalizes it (e.g. lowercases: uncased) to {key!r}, which is already "
+                f"token {self.vocab.get(key, self.added.get(key, {}).get('id'))}; adding it would take over that "
+                "word. Remove it from the tokens"
+            )
+        claimed[key] = w
+        return key
+
     def plan(self, words: list[str], *, special: bool = False, first_id: int | None = None) -> TokenizerPlan:
-        """Decide the new entries and their ids (from `first_id`, default `size`)."""
-        next_id = self.size if first_id is None else first_id
+        """Decide the new entries and their ids (from `first_id`, default `size`).
+
+        Raises:
+            InputError: a token that would take over an existing word after normalization, or an
+                unsupported tokenizer family.
+        """
+        start = self.size if first_id is None else first_id
+        if start < self.size:
+            raise InputError(f"new ids must start at or after {self.size}, the tokenizer's size; got {start}")
+        next_id = start
         new: list[NewToken] = []
         skipped: list[dict] = []
-        vocab_ok = self.family == "byte-level-bpe" and not special and self._merges_are_redundant()
-        if self.family == "byte-level-bpe" and not special and not vocab_ok:
-            logger.warning("this BPE vocabulary has entries its merges do not rebuild; new words become added tokens")
+        notes: list[str] = []
+        claimed: dict[str, str] = {}
+        planned: set[str] = set()
+        score = self._unigram_score() if self.family == "unigram" else None
         for w in words:
             existing = self.added.get(w)
             if existing is not None and existing.get("special"):
@@ -220,61 +377,101 @@ class TokenizerEditor:
                 if self.has(w):
                     skipped.append({"token": w, "reason": "already in the vocabulary (not promoted to special)"})
                     continue
-                new.append(NewToken(w, w, w, next_id, "special", self.encode(w)))
+                new.append(NewToken(w, w, w, next_id, "special", self.encode(w),
+                                    score=0.0 if score is not None else None))
                 next_id += 1
                 continue
-            forms = [w, " " + w]
-            pre = [self._pretokenize(f) for f in forms]
-            if vocab_ok and all(len(p) == 1 for p in pre):
-                entries = [(f, p[0], "vocab") for f, p in zip(forms, pre)]
-            else:
-                entries = [(f, f, "added") for f in forms]
+            norm = self._check_normalization(w, claimed)
             added_any = False
-            for form, piece, mech in entries:
-                if self.has(piece):
-                    continue
-                new.append(NewToken(w, form, piece, next_id, mech, self.encode(form)))
+            for form, piece, mech, normalized in self._word_entries(w):
+                if self.has(piece) or piece in planned or (mech == "added" and len(self.encode(form)) == 1):
+                    continue  # this form is one token already
+                planned.add(piece)
+                new.append(NewToken(w, form, piece, next_id, mech, self.encode(form), normalized,
+                                    score if mech == "vocab" else None))
                 next_id += 1
                 added_any = True
             if not added_any:
                 skipped.append({"token": w, "reason": "already in the vocabulary"})
-        set_ignore = any(t.mechanism == "vocab" for t in new) and not self.model.get("ignore_merges")
-        return TokenizerPlan(self.family, new, skipped, set_ignore)
+            elif norm is not None:
+                note = f"token {w!r} is stored as {norm!r}: the tokenizer normalizes text (e.g. lowercases) before lookup"
+                notes.append(note)
+                logger.warning("%s", note)
+        set_ignore = any(t.mechanism == "vocab" for t in new) and self.family == "byte-level-bpe" \
+            and not self.model.get("ignore_merges")
+        if set_ignore and not self._merges_are_redundant():
+            raise InputError(
+                f"{self.dir / TOKENIZER_FILE}: this BPE vocabulary has entries its merges do not rebuild, so "
+                f"ignore_merges would change existing tokenization; tokens {sorted({t.text for t in new if t.mechanism == 'vocab'})} "
+                "cannot be added safely. Open an issue with the model name"
+            )
+        if set_ignore:
+            old_class = (self.config or {}).get("tokenizer_class")
+            if old_class not in FILE_AS_WRITTEN_CLASSES:
+                notes.append(
+                    f"tokenizer_class {old_class} -> PreTrainedTokenizerFast, so transformers loads tokenizer.json as "
+                    "written (model-specific classes rebuild it from vocab and merges and would drop ignore_merges)"
+                )
+        gap = None
+        if self.family == "unigram" and new and start > len(self.model["vocab"]):
+            gap = (len(self.model["vocab"]), start)
+            notes.append(f"Unigram ids {gap[0]}..{gap[1] - 1} (rows already in the checkpoint) hold placeholder "
+                         f"pieces {GAP_PIECE.format('N')!r} that are never produced, so new ids match their rows")
+        if self.converted_from:
+            notes.append(f"{SLOW_TOKENIZER_FILE} converted to {TOKENIZER_FILE} with transformers' {self.converted_from}; "
+                         f"{SLOW_TOKENIZER_FILE} itself does not have the new tokens")
+        return TokenizerPlan(self.family, new, skipped, set_ignore, notes, gap, self.tok)
 
     def edited(self, plan: TokenizerPlan) -> dict:
         """The tokenizer.json object with the plan applied."""
         data = json.loads(json.dumps(self.data))
         model = data["model"]
         vocab = model.get("vocab")
-        if not isinstance(vocab, dict):
-            raise InputError(
-                f"{self.dir / TOKENIZER_FILE}: {plan.family} tokenizers are not supported yet; "
-                "open an issue with the model name"
-            )
         if plan.set_ignore_merges:
             model["ignore_merges"] = True
+        if isinstance(vocab, list):  # Unigram: the list index is the id
+            if plan.gap:
+                low = min((s for _, s in vocab), default=0.0) - 10.0
+                vocab.extend([GAP_PIECE.format(i), low] for i in range(*plan.gap))
+            for t in sorted(plan.new, key=lambda t: t.id):
+                if t.id != len(vocab):
+                    raise VocabSurgeonError(f"internal: Unigram id {t.id} is not the next index {len(vocab)}")
+                vocab.append([t.piece, t.score if t.score is not None else 0.0])
+        elif isinstance(vocab, dict):
+            for t in plan.new:
+                vocab[t.piece] = t.id
+        else:
+            raise InputError(f"{self.dir / TOKENIZER_FILE}: the model has no vocabulary; re-download it")
         added = data.setdefault("added_tokens", [])
         for t in plan.new:
-            vocab[t.piece] = t.id
             if t.mechanism in ("added", "special"):
                 added.append({
                     "id": t.id, "content": t.piece, "single_word": False, "lstrip": False, "rstrip": False,
-                    "normalized": False, "special": t.mechanism == "special",
+                    "normalized": t.normalized, "special": t.mechanism == "special",
                 })
         return data
 
     def edited_config(self, plan: TokenizerPlan) -> dict | None:
-        """tokenizer_config.json with new added tokens registered where it lists them."""
-        if self.config is None:
+        """tokenizer_config.json with new added tokens registered where it lists them.
+
+        When new entries rely on tokenizer.json model options (ignore_merges), the class is set to
+        PreTrainedTokenizerFast: transformers 5 rebuilds model-specific classes (GPT2Tokenizer,
+        Qwen2Tokenizer, ...) from vocab + merges with hard-coded options, which would drop ours
+        and split the new words again. PreTrainedTokenizerFast loads tokenizer.json as written.
+        """
+        needs_file_as_written = plan.set_ignore_merges
+        if self.config is None and not needs_file_as_written:
             return None
-        cfg = json.loads(json.dumps(self.config))
+        cfg = json.loads(json.dumps(self.config or {}))
+        if needs_file_as_written and cfg.get("tokenizer_class") not in FILE_AS_WRITTEN_CLASSES:
+            cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
         decoder = cfg.get("added_tokens_decoder")
         for t in plan.new:
             if t.mechanism == "vocab":
                 continue
             if isinstance(decoder, dict):
                 decoder[str(t.id)] = {
-                    "content": t.piece, "lstrip": False, "normalized": False, "rstrip": False,
+                    "content": t.piece, "lstrip": False, "normalized": t.normalized, "rstrip": False,
                     "single_word": False, "special": t.mechanism == "special",
                 }
             if t.mechanism == "special":
@@ -294,14 +491,19 @@ class TokenizerEditor:
         if cfg is not None:
             write_json(out_dir / TOKENIZER_CONFIG, cfg)
             written.append(TOKENIZER_CONFIG)
+        logger.info("wrote %s", ", ".join(written))
         return written
 
 
 def verify_tokenizer(out_dir: Path, plan: TokenizerPlan) -> None:
-    """Reload the written tokenizer and check each new token's id and that its form is one token.
+    """Reload the written tokenizer and check each new token's id, one-token-ness and decoding.
+
+    The ids of tokenizer.json are not authoritative on load, so each new piece must map back to
+    the row initialized for it; each new word must be one token at a sentence start and after a
+    space; and a sentence with it must decode as the original tokenizer decodes it.
 
     Raises:
-        InputError: when the tokenizers library assigns a different id than the row we initialized.
+        VocabSurgeonError: when any check fails (a bug: the output is not published).
     """
     tok = Tokenizer.from_file(str(out_dir / TOKENIZER_FILE))
     for t in plan.new:
@@ -311,9 +513,28 @@ def verify_tokenizer(out_dir: Path, plan: TokenizerPlan) -> None:
                 f"token {t.text!r}: the reloaded tokenizer gives id {got}, but row {t.id} was initialized "
                 "for it; this is a bug, please report it"
             )
-        ids = tok.encode(t.form, add_special_tokens=False).ids
-        if ids != [t.id]:
+    for w in dict.fromkeys(t.text for t in plan.new):
+        mine = [t for t in plan.new if t.text == w]
+        if mine[0].mechanism == "special":
+            ids = tok.encode(w, add_special_tokens=False).ids
+            if ids != [mine[0].id]:
+                raise VocabSurgeonError(
+                    f"token {w!r}: encodes to {ids}, not its id {mine[0].id}; this is a bug, please report it"
+                )
+            continue
+        for form in (w, " " + w):
+            ids = tok.encode(form, add_special_tokens=False).ids
+            if len(ids) != 1:
+                raise VocabSurgeonError(
+                    f"token {w!r}: {form!r} encodes to {ids}, not one token; this is a bug, please report it"
+                )
+        if plan.original is None:
+            continue
+        text = f"{w}, {w}."
+        want = plan.original.decode(plan.original.encode(text, add_special_tokens=False).ids)
+        got = tok.decode(tok.encode(text, add_special_tokens=False).ids)
+        if got != want:
             raise VocabSurgeonError(
-                f"token {t.text!r}: {t.form!r} encodes to {ids}, not the single id {t.id}; this is a bug, "
-                "please report it"
+                f"token {w!r}: {text!r} decodes as {got!r}, but the original tokenizer gives {want!r}; "
+                "this is a bug, please report it"
             )
