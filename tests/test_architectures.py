@@ -320,12 +320,7 @@ def test_add_grows_every_vocabulary_tensor_and_keeps_the_model(family, built, tm
     assert torch.isfinite(_logits(new_m, fam.auto, y)).all()
 
 
-# transformers 5 loads a qwen2 checkpoint's tokenizer as Qwen2Tokenizer, which rebuilds the BPE
-# from vocab + merges and drops the `ignore_merges` flag the new vocabulary entries rely on.
-_QWEN2_TOKENIZER = pytest.mark.xfail(strict=True, reason="Qwen2Tokenizer drops ignore_merges: new words are split")
-
-
-@pytest.mark.parametrize("family", [pytest.param(f, marks=_QWEN2_TOKENIZER) if f == "qwen2" else f for f in FAMILIES])
+@pytest.mark.parametrize("family", list(FAMILIES))
 def test_new_words_are_one_token_with_the_family_tokenizer(family, built, tmp_path):
     src, out = built(family), tmp_path / "out"
     summary = _add(src, out)

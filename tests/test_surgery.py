@@ -52,11 +52,11 @@ def test_new_words_are_one_token_and_old_text_unchanged(ckpt, request, tmp_path)
     assert new_tok(TEXT_OLD).input_ids == old_tok(TEXT_OLD).input_ids
     ids = new_tok(TEXT_NEW).input_ids
     pieces = new_tok.convert_ids_to_tokens(ids)
+    single = [new_tok.decode([i]).strip() for i in ids]
     for w in ("Frodo", "Aragorn", "Lothlorien", "C++"):
-        assert any(p in (w, "Ġ" + w, " " + w) for p in pieces), (w, pieces)
+        assert single.count(w) == TEXT_NEW.count(w), (w, pieces)
     assert "Ġ" not in pieces, f"stray whitespace token in {pieces}"
     assert new_tok.decode(ids) == TEXT_NEW
-    assert pieces.count("Frodo") + pieces.count("ĠFrodo") == 3
     assert len(ids) < len(old_tok(TEXT_NEW).input_ids)
 
 

@@ -14,9 +14,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-import torch
-
-from .checkpoint import Checkpoint
+from .checkpoint import Checkpoint, same_bytes
 from .errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -210,17 +208,11 @@ def detect(ckpt: Checkpoint, embedding_key: str | None = None, lm_head_key: str 
 
 
 def _same_values(ckpt: Checkpoint, a: str, b: str) -> bool:
-    """Whether two stored tensors hold the same values, compared a chunk of rows at a time."""
+    """Whether two stored tensors hold the same values (compared as bytes: NaN == NaN here)."""
     ta, tb = ckpt.tensors[a], ckpt.tensors[b]
     if ta.shape != tb.shape or ta.dtype != tb.dtype:
         return False
-    start = 0
-    for chunk in ckpt.iter_row_chunks(a):
-        other = ckpt.read_rows(b, start, start + chunk.shape[0])
-        if not torch.equal(chunk.view(torch.uint8), other.view(torch.uint8)):  # bytes: NaN == NaN here
-            return False
-        start += chunk.shape[0]
-    return True
+    return same_bytes(ckpt.path / ta.file, ta.start, ckpt.path / tb.file, tb.start, ta.nbytes)
 
 
 def _detect_from_shapes(ckpt: Checkpoint, tc: dict, embedding_key, lm_head_key, what: str):
