@@ -170,3 +170,19 @@ def test_internal_errors_are_one_line(monkeypatch, gpt2_ckpt, tmp_path):
     )
     assert not (tmp_path / "out").exists()
     assert not list(tmp_path.glob(".out.vocabsurgeon-staging-*"))
+
+
+def test_default_add_does_not_import_torch_or_transformers(gpt2_ckpt, tmp_path):
+    # Importing torch costs over a second and transformers several: more than a whole surgery.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from vocabsurgeon.cli import main; sys.argv = ['vocabsurgeon'] + sys.argv[1:]\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    )
+    r = subprocess.run([sys.executable, "-c", code, "add", "-q", "--no-validate", "-t", "Frodo", str(gpt2_ckpt),
+                        str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "[]"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -40,6 +41,8 @@ def resolve_device(device: str):
         return "cpu"
     if device not in ("auto",) and not device.startswith("cuda"):
         raise InputError(f"--device {device!r} is not one of auto, cpu, cuda")
+    if device == "auto" and not os.path.exists("/proc/driver/nvidia") and not os.path.exists("/dev/nvidiactl"):
+        return "cpu"  # no NVIDIA driver: skip importing torch (over a second) just to learn that
     import torch
 
     if torch.cuda.is_available():

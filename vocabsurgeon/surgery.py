@@ -240,7 +240,8 @@ def apply(plan: Plan, out: str | os.PathLike, progress: Callable[[int], None] | 
     t0 = time.perf_counter()
     check_output_path(plan.src, out, plan.options.force)
     ckpt, lay, opts = plan.ckpt, plan.layout, plan.options
-    device = resolve_device(opts.device)
+    needs_cov = any(get_strategy(s).needs_cov for s in {opts.init_input, opts.init_output})
+    device = resolve_device(opts.device) if needs_cov else "cpu"  # only the covariance runs on a GPU
 
     grown: dict[str, GrownTensor] = {}
     notes: dict[str, str] = {}
