@@ -415,8 +415,11 @@ class TokenizerEditor:
         gap = None
         if self.family == "unigram" and new and start > len(self.model["vocab"]):
             gap = (len(self.model["vocab"]), start)
-            notes.append(f"Unigram ids {gap[0]}..{gap[1] - 1} (rows already in the checkpoint) hold placeholder "
-                         f"pieces {GAP_PIECE.format('N')!r} that are never produced, so new ids match their rows")
+            taken = {t["id"] for t in self.added.values()}
+            free = [i for i in range(*gap) if i not in taken]
+            if free:
+                notes.append(f"Unigram ids {free[0]}..{free[-1]} (rows already in the checkpoint) hold placeholder "
+                             f"pieces {GAP_PIECE.format('N')!r} that are never produced, so new ids match their rows")
         if self.converted_from:
             notes.append(f"{SLOW_TOKENIZER_FILE} converted to {TOKENIZER_FILE} with transformers' {self.converted_from}; "
                          f"{SLOW_TOKENIZER_FILE} itself does not have the new tokens")
@@ -429,15 +432,21 @@ class TokenizerEditor:
         vocab = model.get("vocab")
         if plan.set_ignore_merges:
             model["ignore_merges"] = True
+        # Existing added tokens missing from the model vocabulary get their id there too: on load the
+        # library numbers such tokens after the model's entries, which now include the new ones.
+        by_id = {t["id"]: t["content"] for t in data.get("added_tokens") or []}
         if isinstance(vocab, list):  # Unigram: the list index is the id
             if plan.gap:
                 low = min((s for _, s in vocab), default=0.0) - 10.0
-                vocab.extend([GAP_PIECE.format(i), low] for i in range(*plan.gap))
+                vocab.extend([by_id[i], 0.0] if i in by_id else [GAP_PIECE.format(i), low] for i in range(*plan.gap))
             for t in sorted(plan.new, key=lambda t: t.id):
                 if t.id != len(vocab):
                     raise VocabSurgeonError(f"internal: Unigram id {t.id} is not the next index {len(vocab)}")
                 vocab.append([t.piece, t.score if t.score is not None else 0.0])
         elif isinstance(vocab, dict):
+            if plan.new:
+                for i, content in by_id.items():
+                    vocab.setdefault(content, i)
             for t in plan.new:
                 vocab[t.piece] = t.id
         else:
@@ -513,6 +522,13 @@ def verify_tokenizer(out_dir: Path, plan: TokenizerPlan) -> None:
                 f"token {t.text!r}: the reloaded tokenizer gives id {got}, but row {t.id} was initialized "
                 "for it; this is a bug, please report it"
             )
+    if plan.original is not None:
+        for i, t in plan.original.get_added_tokens_decoder().items():
+            if tok.token_to_id(t.content) != i:
+                raise VocabSurgeonError(
+                    f"token {t.content!r}: the reloaded tokenizer gives id {tok.token_to_id(t.content)}, but it was "
+                    f"{i} before; this is a bug, please report it"
+                )
     for w in dict.fromkeys(t.text for t in plan.new):
         mine = [t for t in plan.new if t.text == w]
         if mine[0].mechanism == "special":
@@ -533,7 +549,9 @@ def verify_tokenizer(out_dir: Path, plan: TokenizerPlan) -> None:
         text = f"{w}, {w}."
         want = plan.original.decode(plan.original.encode(text, add_special_tokens=False).ids)
         got = tok.decode(tok.encode(text, add_special_tokens=False).ids)
-        if got != want:
+        normalized = plan.original.normalizer.normalize_str(text) if plan.original.normalizer else text
+        # Only where the original decodes the text faithfully: an <unk> or "c + +" there is no standard.
+        if got != want and want in (text, normalized):
             raise VocabSurgeonError(
                 f"token {w!r}: {text!r} decodes as {got!r}, but the original tokenizer gives {want!r}; "
                 "this is a bug, please report it"

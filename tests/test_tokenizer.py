@@ -1,0 +1,477 @@
+"""Tokenizer families: new words behave like native words on each, through transformers' AutoTokenizer.
+
+Each family's tokenizer is trained here on the standard library's docstrings and saved the way
+real checkpoints ship it: with transformers' model-specific class (GPT2Tokenizer, LlamaTokenizer,
+T5Tokenizer, BertTokenizer), which transformers 5 rebuilds from vocab/merges/scores on load, and
+with the generic class that loads tokenizer.json as written. The three guarantees of the issue are
+checked on realistic sentences: old text keeps its ids, every occurrence of a new word is one
+token with no stray word-boundary piece next to it, and decoding matches the original decode.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from transformers import AutoTokenizer, BertTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from builders import SPECIAL, bytelevel_tokenizer, training_text
+from vocabsurgeon.cli import cli
+from vocabsurgeon.errors import InputError
+from vocabsurgeon.tokenizer import GAP_PIECE, TokenizerEditor, byte_level, verify_tokenizer
+
+WORDS = ["mithril", "Frodo", "Lothlorien", "Éowyn"]
+OLD_TEXTS = [
+    "The parser returns a list of strings, and the caller joins them with spaces.",
+    "Return a new list of the items (sorted in ascending order); raise an error if it is empty!",
+    "It's 42% faster: don't use os.path here.",
+]
+NEW_TEXTS = [
+    "{0} is light, and {1} knew it.",  # sentence-initial, before punctuation
+    "They said {0}, and {0} again: {0}.",  # after a space, before "," ":" "."
+    "Ask {1} {2} about the {0} of {3}.",  # next to other new words
+    "({1}) and {3}'s {0}-coat; {2}!",  # after and before punctuation
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenizers of each family, trained once per session
+
+
+def _special_ids(vocab_size, specials):
+    return dict(vocab_size=vocab_size, special_tokens=specials, show_progress=False)
+
+
+@functools.lru_cache(maxsize=None)
+def _sp_bpe_parts() -> tuple[dict, list]:
+    """Vocab and merges of a Llama-2 style BPE: "▁" word starts, byte fallback."""
+    tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True)
+    specials = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)]
+    tok.train_from_iterator(training_text(), trainers.BpeTrainer(**_special_ids(700, specials)))
+    model = json.loads(tok.to_str())["model"]
+    return model["vocab"], [tuple(m) for m in model["merges"]]
+
+
+@functools.lru_cache(maxsize=None)
+def _unigram_json() -> str:
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.NFKC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")]
+    )
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    trainer = trainers.UnigramTrainer(vocab_size=600, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>",
+                                      show_progress=False)
+    tok.train_from_iterator(training_text(), trainer)
+    return tok.to_str()
+
+
+@functools.lru_cache(maxsize=None)
+def _wordpiece_vocab(lowercase: bool) -> dict:
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok.train_from_iterator(training_text(), trainers.WordPieceTrainer(**_special_ids(600, specials)))
+    return json.loads(tok.to_str())["model"]["vocab"]
+
+
+def make_tokenizer(name: str):
+    """A transformers tokenizer of one family, as a real checkpoint of that family ships it."""
+    import transformers as T
+
+    if name == "byte-level":  # Llama 3 style: tokenizer.json loaded as written
+        return bytelevel_tokenizer(600)
+    if name == "byte-level-gpt2":  # GPT-2 / Qwen style: a class that rebuilds from vocab + merges
+        data = json.loads(bytelevel_tokenizer(600).backend_tokenizer.to_str())["model"]
+        return T.GPT2Tokenizer(vocab=data["vocab"], merges=[tuple(m) for m in data["merges"]],
+                               unk_token=SPECIAL, bos_token=SPECIAL, eos_token=SPECIAL)
+    if name == "sp-bpe":  # Llama 2 / Mistral: LlamaTokenizer
+        vocab, merges = _sp_bpe_parts()
+        return T.LlamaTokenizer(vocab=vocab, merges=merges)
+    if name == "sp-bpe-file":  # the same tokenizer.json, loaded as written
+        vocab, merges = _sp_bpe_parts()
+        return PreTrainedTokenizerFast(tokenizer_object=T.LlamaTokenizer(vocab=vocab, merges=merges).backend_tokenizer,
+                                       bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    if name == "unigram":  # T5: T5Tokenizer rebuilds from the (piece, score) list
+        vocab = [tuple(p) for p in json.loads(_unigram_json())["model"]["vocab"]]
+        return T.T5Tokenizer(vocab=vocab, extra_ids=4)
+    if name == "unigram-file":
+        return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(_unigram_json()),
+                                       eos_token="</s>", unk_token="<unk>", pad_token="<pad>")
+    if name in ("wordpiece-cased", "wordpiece-uncased"):
+        lower = name.endswith("uncased")
+        return T.BertTokenizer(vocab=_wordpiece_vocab(lower), do_lower_case=lower)
+    raise KeyError(name)
+
+
+FAMILIES = ["byte-level", "byte-level-gpt2", "sp-bpe", "sp-bpe-file", "unigram", "unigram-file",
+            "wordpiece-cased", "wordpiece-uncased"]
+
+
+def tiny_checkpoint(path: Path, tok, extra_rows: int = 0) -> Path:
+    """A tiny tied Llama saved with `tok`; `extra_rows` past the tokenizer (padding or reserved rows)."""
+    n = max(tok.get_vocab().values()) + 1
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=n + extra_rows, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
+    LlamaForCausalLM(cfg).eval().save_pretrained(path)
+    tok.save_pretrained(path)
+    return Path(path)
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("families")
+    cache: dict = {}
+
+    def get(name: str, extra_rows: int = 0) -> Path:
+        key = (name, extra_rows)
+        if key not in cache:
+            cache[key] = tiny_checkpoint(root / f"{name}-{extra_rows}", make_tokenizer(name), extra_rows)
+        return cache[key]
+
+    return get
+
+
+# ---------------------------------------------------------------------------------------------
+# The guarantees
+
+
+def _boundary(tok, i: int) -> bool:
+    """A piece that is only a word boundary ("▁", "Ġ", " "): decodes to nothing or whitespace."""
+    return tok.decode([i]).strip() == "" and tok.convert_ids_to_tokens(i) not in tok.all_special_tokens
+
+
+def check_guarantees(src: Path, out: Path, words: list[str], same_class: bool = True) -> None:
+    """Old text keeps its ids; each new word is one token with no stray boundary; decode as before."""
+    old, new = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(out)
+    assert (type(new) is type(old)) == same_class
+    for text in OLD_TEXTS:
+        assert new(text).input_ids == old(text).input_ids, text
+    normalizer = old.backend_tokenizer.normalizer
+    lowercases = isinstance(old, BertTokenizer) and old.do_lower_case
+    norm = [normalizer.normalize_str(w) if lowercases else w for w in words]
+    placeholder = GAP_PIECE.format("")[:-1]  # Unigram ids in a gap: never produced, checked below
+    added = {i for p, i in new.get_vocab().items() if not p.startswith(placeholder)} - set(old.get_vocab().values())
+    word_ids = {nw: {i for i in added if new.decode([i]).strip() == nw} for nw in norm}
+    for w, nw in zip(words, norm):
+        for form in (w, " " + w):
+            ids = new(form, add_special_tokens=False).input_ids
+            assert len(ids) == 1 and ids[0] in word_ids[nw], (form, new.convert_ids_to_tokens(ids))
+    new_ids = set().union(*word_ids.values())
+    assert new_ids == added
+    for template in NEW_TEXTS:
+        text = template.format(*words)
+        ids = new(text, add_special_tokens=False).input_ids
+        pieces = new.convert_ids_to_tokens(ids)
+        # one token per occurrence
+        for w, nw in zip(words, norm):
+            hits = sum(1 for i in ids if i in word_ids[nw])
+            assert hits == text.count(w), (w, text, pieces)
+        # no stray word-boundary piece before a new word, and none more than the old tokenizer makes
+        # (a tiny vocabulary has native ones: " knew" is "Ġ" + "k" + ...)
+        old_ids = old(text, add_special_tokens=False).input_ids
+        for j, i in enumerate(ids):
+            if i in new_ids and j > 0:
+                assert not _boundary(new, ids[j - 1]), (text, pieces)
+        assert sum(map(functools.partial(_boundary, new), ids)) <= sum(map(functools.partial(_boundary, old), old_ids))
+        # decoding as the original tokenizer decodes the same text, where it has no <unk> for it
+        if old.unk_token_id not in old_ids:
+            assert new.decode(ids) == old.decode(old_ids), (text, pieces)
+            assert new.decode(ids, skip_special_tokens=True) == old.decode(old_ids, skip_special_tokens=True)
+        else:  # better than the original: the word is kept (BERT decodes "( x )" natively: spaces aside)
+            want = normalizer.normalize_str(text) if lowercases else text
+            assert new.decode(ids).replace(" ", "") == want.replace(" ", ""), (text, pieces)
+        assert len(ids) < len(old_ids)
+
+
+def _add(src: Path, out: Path, *args: str) -> dict:
+    r = CliRunner().invoke(cli, ["add", *args, "--json", "-q", str(src), str(out)])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def _tokens_args(words):
+    return [a for w in words for a in ("-t", w)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Per family: CLI round trip and the guarantees through AutoTokenizer
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_cli_round_trip_new_words_behave_like_native_words(family, built, tmp_path):
+    src, out = built(family), tmp_path / "out"
+    summary = _add(src, out, *_tokens_args(WORDS))
+    assert summary["skipped"] == []
+    # GPT2Tokenizer would drop ignore_merges, which "Éowyn" needs: the class is switched (and reported)
+    switched = family == "byte-level-gpt2"
+    assert any("tokenizer_class GPT2Tokenizer -> PreTrainedTokenizerFast" in n
+               for n in summary["tokenizer_notes"]) == switched
+    check_guarantees(src, out, WORDS, same_class=not switched)
+    # every new token maps to the row it was initialized in, in the model the CLI wrote
+    tok = AutoTokenizer.from_pretrained(out)
+    rows = json.loads((out / "config.json").read_text())["vocab_size"]
+    for a in summary["added"]:
+        assert tok.convert_tokens_to_ids(a["piece"]) == a["id"] < rows
+    assert summary["rows_after"] == summary["rows_before"] + len(summary["added"])
+
+
+EXPECTED_MECHANISM = {
+    "byte-level": "added", "byte-level-gpt2": "added", "sp-bpe": "added", "sp-bpe-file": "added",
+    "unigram": "vocab", "unigram-file": "vocab", "wordpiece-cased": "vocab", "wordpiece-uncased": "vocab",
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_plan_names_family_mechanism_and_pieces(family, built):
+    ed = TokenizerEditor(built(family))
+    plan = ed.plan(["Frodo"])
+    forms = {t.form: t for t in plan.new}
+    assert {t.mechanism for t in plan.new} == {EXPECTED_MECHANISM[family]}
+    if family.startswith("wordpiece"):  # one entry: after a space and at a start are the same word
+        assert [t.piece for t in plan.new] == ["frodo" if family.endswith("uncased") else "Frodo"]
+    elif family.startswith("unigram"):
+        assert forms["Frodo"].piece == "Frodo" and forms[" Frodo"].piece == "▁Frodo"
+    else:
+        assert forms["Frodo"].piece == "Frodo" and forms[" Frodo"].piece == " Frodo"
+    assert [t.id for t in plan.new] == list(range(ed.size, ed.size + len(plan.new)))
+    assert all(t.pieces == ed.encode(t.form) and len(t.pieces) > 1 for t in plan.new)
+
+
+def test_byte_level_word_that_the_decoder_would_garble_is_a_vocabulary_entry(built, tmp_path):
+    # An added token "Éowyn" would decode as "\ufffdowyn": its characters are all byte symbols.
+    src = built("byte-level-gpt2")
+    plan = TokenizerEditor(src).plan(["Éowyn"])
+    forms = {t.form: t for t in plan.new}
+    assert (forms["Éowyn"].mechanism, forms["Éowyn"].piece) == ("vocab", byte_level("Éowyn"))
+    assert (forms[" Éowyn"].mechanism, forms[" Éowyn"].piece) == ("added", " Éowyn")
+    assert plan.set_ignore_merges
+    assert plan.notes == [
+        "tokenizer_class GPT2Tokenizer -> PreTrainedTokenizerFast, so transformers loads tokenizer.json as written "
+        "(model-specific classes rebuild it from vocab and merges and would drop ignore_merges)"
+    ]
+    out = tmp_path / "out"
+    _add(src, out, "-t", "Éowyn")
+    tok = AutoTokenizer.from_pretrained(out)
+    assert type(tok).__name__ == "TokenizersBackend"
+    ids = tok("Éowyn, and Éowyn.", add_special_tokens=False).input_ids
+    assert len(ids) == 5 and tok.decode(ids) == "Éowyn, and Éowyn."
+
+
+@pytest.mark.parametrize("family", ["byte-level", "sp-bpe-file", "unigram-file", "wordpiece-cased"])
+def test_existing_added_tokens_keep_their_ids(family, tmp_path):
+    # Chat tokens (Qwen's <|im_start|>) are added tokens missing from the model vocabulary; on load
+    # the library numbers those after the model's entries, which would now be the new words' ids.
+    tok = make_tokenizer(family)
+    tok.add_tokens(["<|im_start|>", "<|im_end|>"], special_tokens=True)
+    src, out = tiny_checkpoint(tmp_path / "src", tok), tmp_path / "out"
+    data = json.loads((src / "tokenizer.json").read_text())
+    vocab = data["model"]["vocab"]
+    assert "<|im_start|>" not in (vocab if isinstance(vocab, dict) else [p for p, _ in vocab])
+    before = {t["content"]: t["id"] for t in data["added_tokens"]}
+    summary = _add(src, out, *_tokens_args(WORDS))
+    new = AutoTokenizer.from_pretrained(out)
+    assert {c: new.convert_tokens_to_ids(c) for c in before} == before
+    assert min(a["id"] for a in summary["added"]) == max(before.values()) + 1
+    check_guarantees(src, out, WORDS)
+    text = "<|im_start|>user\nmithril, and Frodo<|im_end|>"
+    ids, old = new(text, add_special_tokens=False).input_ids, AutoTokenizer.from_pretrained(src)
+    assert ids[0] == before["<|im_start|>"] and ids[-1] == before["<|im_end|>"]
+    assert new.decode(ids) == old.decode(old(text, add_special_tokens=False).input_ids)
+
+
+# ---------------------------------------------------------------------------------------------
+# WordPiece: cased and uncased
+
+
+def test_uncased_wordpiece_normalizes_and_tells_the_user(built, tmp_path, caplog):
+    src = built("wordpiece-uncased")
+    plan = TokenizerEditor(src).plan(["Frodo"])
+    assert [(t.text, t.piece) for t in plan.new] == [("Frodo", "frodo")]
+    note = "token 'Frodo' is stored as 'frodo': the tokenizer normalizes text (e.g. lowercases) before lookup"
+    assert plan.notes == [note]
+    r = CliRunner().invoke(cli, ["add", "-t", "Frodo", str(src), str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    assert f"WARNING: {note}" in r.stderr
+    tok = AutoTokenizer.from_pretrained(tmp_path / "out")
+    assert tok("FRODO frodo Frodo", add_special_tokens=False).input_ids == [plan.new[0].id] * 3
+
+
+def test_uncased_wordpiece_refuses_a_token_that_takes_over_a_word(built, tmp_path):
+    src = built("wordpiece-uncased")
+    the = TokenizerEditor(src).vocab["the"]
+    r = CliRunner().invoke(cli, ["add", "-t", "The", "-t", "Frodo", str(src), str(tmp_path / "out")])
+    assert r.exit_code == 2
+    assert r.stderr == (
+        f"Error: token 'The': the tokenizer normalizes it (e.g. lowercases: uncased) to 'the', which is already "
+        f"token {the}; adding it would take over that word. Remove it from the tokens\n"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_uncased_wordpiece_refuses_two_tokens_that_normalize_alike(built):
+    with pytest.raises(InputError, match=r"^token 'FRODO': the tokenizer normalizes it to 'frodo', the same as "
+                                          r"token 'Frodo'; remove one of them$"):
+        TokenizerEditor(built("wordpiece-uncased")).plan(["Frodo", "FRODO"])
+
+
+def test_cased_wordpiece_adds_a_capitalized_form_of_an_existing_word(built, tmp_path):
+    src = built("wordpiece-cased")
+    ed = TokenizerEditor(src)
+    word = next(w for w in ("Value", "Object", "String", "Parser", "Return") if w.lower() in ed.vocab and w not in ed.vocab)
+    plan = ed.plan([word])
+    assert [(t.piece, t.mechanism) for t in plan.new] == [(word, "vocab")] and plan.notes == []
+    _add(src, tmp_path / "out", "-t", word)
+    tok = AutoTokenizer.from_pretrained(tmp_path / "out")
+    assert tok(f"{word} {word.lower()}", add_special_tokens=False).input_ids == [plan.new[0].id, ed.vocab[word.lower()]]
+
+
+def test_wordpiece_word_split_by_punctuation_becomes_an_added_token(built, tmp_path):
+    src = built("wordpiece-uncased")
+    plan = TokenizerEditor(src).plan(["C++"])
+    assert [(t.piece, t.mechanism, t.normalized) for t in plan.new] == [("c++", "added", True)]
+    _add(src, tmp_path / "out", "-t", "C++")
+    tok = AutoTokenizer.from_pretrained(tmp_path / "out")
+    ids = tok("I like C++, and c++.", add_special_tokens=False).input_ids
+    assert ids.count(plan.new[0].id) == 2 and tok.decode(ids) == "i like c++, and c++."
+
+
+# ---------------------------------------------------------------------------------------------
+# --special
+
+
+@pytest.mark.parametrize("family", ["byte-level-gpt2", "sp-bpe", "unigram", "wordpiece-uncased"])
+def test_special_tokens_stay_special_and_existing_ones_are_not_demoted(family, built, tmp_path):
+    src, out = built(family), tmp_path / "out"
+    old = AutoTokenizer.from_pretrained(src)
+    existing = old.eos_token or old.sep_token
+    summary = _add(src, out, "--special", "-t", "<|tool|>", "-t", existing)
+    assert summary["skipped"] == [{"token": existing, "reason": "already a special token"}]
+    [a] = summary["added"]
+    assert (a["piece"], a["mechanism"]) == ("<|tool|>", "special")
+    tok = AutoTokenizer.from_pretrained(out)
+    text = "call <|tool|> now"
+    ids = tok(text, add_special_tokens=False).input_ids
+    assert a["id"] in ids and tok.convert_tokens_to_ids("<|tool|>") == a["id"]
+    assert "<|tool|>" not in tok.decode(ids, skip_special_tokens=True)
+    assert tok.decode(ids).count("<|tool|>") == 1
+    assert existing in tok.all_special_tokens and tok.convert_tokens_to_ids(existing) == old.convert_tokens_to_ids(existing)
+    for t in OLD_TEXTS:
+        assert tok(t).input_ids == old(t).input_ids
+
+
+def test_a_normal_word_is_not_promoted_to_special(built):
+    ed = TokenizerEditor(built("wordpiece-cased"))
+    plan = ed.plan(["the"], special=True)
+    assert plan.new == [] and plan.skipped == [{"token": "the", "reason": "already in the vocabulary (not promoted to special)"}]
+
+
+# ---------------------------------------------------------------------------------------------
+# Ids past the tokenizer: embeddings with more rows than the tokenizer has entries
+
+
+@pytest.mark.parametrize("family", ["byte-level-gpt2", "sp-bpe", "unigram", "unigram-file", "wordpiece-cased"])
+def test_new_ids_after_padding_rows_are_what_the_reloaded_tokenizer_gives(family, built, tmp_path):
+    src, out = built(family, extra_rows=24), tmp_path / "out"
+    size = TokenizerEditor(src).size
+    summary = _add(src, out, *_tokens_args(WORDS))
+    assert summary["rows_before"] == size + 24
+    assert [a["id"] for a in summary["added"]] == list(range(size + 24, summary["rows_after"]))
+    check_guarantees(src, out, WORDS, same_class=family != "byte-level-gpt2")
+    tok = AutoTokenizer.from_pretrained(out)
+    for a in summary["added"]:
+        assert tok.convert_tokens_to_ids(a["piece"]) == a["id"]
+    if family.startswith("unigram"):  # the gap holds placeholders that are never produced
+        vocab = json.loads((out / "tokenizer.json").read_text())["model"]["vocab"]
+        assert [p for p, _ in vocab[size:size + 24]] == [GAP_PIECE.format(i) for i in range(size, size + 24)]
+        gap = set(range(size, size + 24))
+        for text in OLD_TEXTS + [GAP_PIECE.format(size), "<vocabsurgeon", "unused"]:
+            assert not gap & set(tok(text).input_ids)
+        assert any("placeholder" in n for n in summary["tokenizer_notes"])
+
+
+def test_plan_refuses_ids_inside_the_tokenizer(built):
+    ed = TokenizerEditor(built("unigram"))
+    with pytest.raises(InputError, match=rf"^new ids must start at or after {ed.size}, the tokenizer's size; got 3$"):
+        ed.plan(["Frodo"], first_id=3)
+
+
+# ---------------------------------------------------------------------------------------------
+# A checkpoint with only a slow SentencePiece tokenizer.model
+
+
+@pytest.fixture(scope="session")
+def slow_only(tmp_path_factory):
+    import sentencepiece as spm
+
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(training_text()), model_writer=buf, vocab_size=600,
+                                   model_type="bpe", byte_fallback=True, character_coverage=1.0, minloglevel=2)
+    path = tmp_path_factory.mktemp("slow") / "ckpt"
+    path.mkdir()
+    (path / "tokenizer.model").write_bytes(buf.getvalue())
+    (path / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}))
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=600, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
+    LlamaForCausalLM(cfg).eval().save_pretrained(path)
+    assert not (path / "tokenizer.json").exists()
+    return path
+
+
+def test_slow_only_checkpoint_is_converted_and_says_so(slow_only, tmp_path):
+    src = Path(shutil.copytree(slow_only, tmp_path / "src"))
+    out = tmp_path / "out"
+    summary = _add(src, out, *_tokens_args(WORDS))
+    assert summary["tokenizer_family"] == "sentencepiece-bpe"
+    assert summary["tokenizer_notes"] == [
+        "tokenizer.model converted to tokenizer.json with transformers' LlamaTokenizer; "
+        "tokenizer.model itself does not have the new tokens"
+    ]
+    assert (out / "tokenizer.json").exists() and not (src / "tokenizer.json").exists()
+    check_guarantees(src, out, WORDS)
+
+
+def test_missing_tokenizer_is_refused_with_what_to_do(slow_only, tmp_path):
+    src = Path(shutil.copytree(slow_only, tmp_path / "src"))
+    (src / "tokenizer.model").unlink()
+    r = CliRunner().invoke(cli, ["add", "-t", "Frodo", str(src), str(tmp_path / "out")])
+    assert r.exit_code == 2
+    assert r.stderr == (
+        f"Error: {src / 'tokenizer.json'}: missing, and there is no tokenizer.model to convert; vocabsurgeon edits "
+        "fast tokenizers (tokenizer.json). Save the tokenizer with transformers "
+        "(AutoTokenizer.from_pretrained(dir).save_pretrained(dir)) first\n"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Verification after writing
+
+
+def test_verification_catches_an_id_the_reloaded_tokenizer_does_not_give(built, tmp_path):
+    from vocabsurgeon.errors import VocabSurgeonError
+
+    ed = TokenizerEditor(built("sp-bpe"))
+    plan = ed.plan(["Frodo"])
+    ed.write(plan, tmp_path)
+    verify_tokenizer(tmp_path, plan)  # as written: fine
+    data = json.loads((tmp_path / "tokenizer.json").read_text())
+    for t in data["added_tokens"]:
+        if t["content"] == "Frodo":
+            t["id"] += 1
+    del data["model"]["vocab"]["Frodo"]  # the library then picks the id itself
+    (tmp_path / "tokenizer.json").write_text(json.dumps(data))
+    with pytest.raises(VocabSurgeonError, match=r"^token 'Frodo': the reloaded tokenizer gives id \d+, but row "
+                                                rf"{plan.new[0].id} was initialized for it; this is a bug"):
+        verify_tokenizer(tmp_path, plan)
