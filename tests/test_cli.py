@@ -162,7 +162,7 @@ def test_internal_errors_are_one_line(monkeypatch, gpt2_ckpt, tmp_path):
     def boom(*a, **k):
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr(surgery, "rewrite_shard", boom)
+    monkeypatch.setattr(surgery, "write_rows", boom)
     r = run("add", "-t", "Frodo", gpt2_ckpt, tmp_path / "out")
     assert r.exit_code == 1
     assert r.stderr.strip().splitlines()[-1] == (

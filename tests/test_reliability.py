@@ -38,7 +38,7 @@ def wrap(name):
                 time.sleep(0.01)
         return orig(*a, **k)
     setattr(s, name, f)
-for n in ("rewrite_shard", "copy_file", "_write_metadata_files", "_verify"):
+for n in ("copy_old_bytes", "copy_file", "write_rows", "_write_metadata_files", "_verify"):
     wrap(n)
 from vocabsurgeon.cli import main
 sys.argv = ["vocabsurgeon"] + sys.argv[1:]
@@ -70,7 +70,7 @@ def cli_run(*args):
     return CliRunner().invoke(cli, [str(a) for a in args])
 
 
-@pytest.mark.parametrize("moment", ["rewrite_shard", "copy_file", "_write_metadata_files", "_verify"])
+@pytest.mark.parametrize("moment", ["copy_old_bytes", "copy_file", "write_rows", "_write_metadata_files", "_verify"])
 def test_sigkill_leaves_no_output_and_rerun_sweeps(llama_ckpt, tmp_path, moment):
     before = tree_digest(llama_ckpt)
     out = tmp_path / "out"
@@ -257,18 +257,17 @@ def test_config_vocab_size_that_disagrees_is_refused(gpt2_ckpt, tmp_path):
 def test_verify_after_write_catches_corruption(monkeypatch, llama_ckpt, tmp_path):
     import vocabsurgeon.surgery as surgery
 
-    orig = surgery.rewrite_shard
+    orig = surgery.write_rows
 
-    def corrupting(src, header, dst, grown, progress):
-        n = orig(src, header, dst, grown, progress)
+    def corrupting(dst, layout, grown, progress):
+        orig(dst, layout, grown, progress)
         with open(dst, "r+b") as f:  # flip one byte of the first tensor's old rows
-            f.seek(8 + header.header_len + 2)
+            f.seek(len(layout.head) + 2)
             b = f.read(1)
             f.seek(-1, 1)
             f.write(bytes([b[0] ^ 0xFF]))
-        return n
 
-    monkeypatch.setattr(surgery, "rewrite_shard", corrupting)
+    monkeypatch.setattr(surgery, "write_rows", corrupting)
     with pytest.raises(VocabSurgeonError, match="changed while writing; nothing was published"):
         add_tokens(llama_ckpt, tmp_path / "out", ["Frodo"])
     assert not (tmp_path / "out").exists() and not staging_leftovers(tmp_path)

@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import shutil
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,7 +25,9 @@ from .checkpoint import FLOAT_DTYPES, INDEX_NAME, Checkpoint, same_bytes
 from .errors import InputError, VocabSurgeonError, WriteError
 from .init import DEFAULT_EPS, InitContext, accumulate_stats, encode_rows, get_strategy, kl_bound, resolve_device
 from .tokenizer import TOKENIZER_CONFIG, TOKENIZER_FILE, TokenizerEditor, TokenizerPlan, verify_tokenizer
-from .writer import GrownTensor, check_output_path, copy_file, rewrite_shard, staging, write_json
+from .writer import (
+    GrownTensor, check_output_path, copy_file, copy_old_bytes, layout_shard, staging, write_json, write_rows,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -240,36 +243,33 @@ def apply(plan: Plan, out: str | os.PathLike, progress: Callable[[int], None] | 
     t0 = time.perf_counter()
     check_output_path(plan.src, out, plan.options.force)
     ckpt, lay, opts = plan.ckpt, plan.layout, plan.options
-    needs_cov = any(get_strategy(s).needs_cov for s in {opts.init_input, opts.init_output})
-    device = resolve_device(opts.device) if needs_cov else "cpu"  # only the covariance runs on a GPU
-
-    grown: dict[str, GrownTensor] = {}
-    notes: dict[str, str] = {}
-    if plan.k:
-        base = None
-        for i, name in enumerate(lay.all_tensors):
-            info = ckpt.tensors[name]
-            if name in lay.aliases or (lay.tied and name == lay.lm_head):
-                rows = base  # the same matrix stored under another name: identical rows
-            else:
-                rows = _new_rows(plan, name, device, opts.seed + i, notes)
-                if name == lay.embedding:
-                    base = rows
-            tail = encode_rows(rows, info.dtype)
-            grown[name] = GrownTensor((plan.rows_after, *info.shape[1:]), tail)
-
+    new_shapes = {n: (plan.rows_after, *ckpt.tensors[n].shape[1:]) for n in lay.all_tensors} if plan.k else {}
     methods: dict[str, str] = {}
-    written = 0
+    notes: dict[str, str] = {}
+    cancel = threading.Event()
+
+    def checked(n: int) -> None:  # progress from the copying thread; stops it when the main thread failed
+        if cancel.is_set():
+            raise _Cancelled
+        progress(n)
+
     try:
         with staging(out, force=opts.force) as stage:
-            for f in plan.ckpt.shards:
-                if f in plan.rewrite:
-                    g = {n: grown[n] for n in grown if ckpt.tensors[n].file == f}
-                    written += rewrite_shard(ckpt.path / f, ckpt.shards[f], stage / f, g, progress)
-                    methods[f] = "rewrite"
-                else:
-                    methods[f] = copy_file(ckpt.path / f, stage / f, link=opts.link, progress=progress)
-                    written += ckpt.shards[f].size
+            layouts = {f: layout_shard(ckpt.shards[f], {n: s for n, s in new_shapes.items() if ckpt.tensors[n].file == f})
+                       for f in plan.rewrite}
+            # Bytes move in a second thread (in the kernel: copy_file_range releases the GIL) while
+            # this one computes the new rows: on two cores the statistics cost almost nothing extra.
+            # A daemon thread, so that an interrupt never waits for a long copy to finish.
+            copying = _Worker(_copy_shards, plan, stage, layouts, methods, checked)
+            try:
+                grown = _all_new_rows(plan, notes)
+                copying.join()
+            except BaseException:
+                cancel.set()
+                copying.join(timeout=5)
+                raise
+            for f, layout in layouts.items():
+                write_rows(stage / f, layout, {n: g for n, g in grown.items() if ckpt.tensors[n].file == f}, progress)
             _write_metadata_files(plan, stage, grown)
             _copy_other_files(plan, stage)
             _verify(plan, stage, grown)
@@ -279,9 +279,66 @@ def apply(plan: Plan, out: str | os.PathLike, progress: Callable[[int], None] | 
             f"{out}: writing failed: {e.strerror or e}{where}; nothing was published. Free space, check "
             "permissions, or choose another output directory"
         ) from e
+    written = sum(layouts[f].size if f in layouts else ckpt.shards[f].size for f in ckpt.shards)
     seconds = time.perf_counter() - t0
     logger.info("wrote %s in %.2f s", out, seconds)
     return AddResult(out, plan, seconds, written, methods, notes)
+
+
+class _Cancelled(Exception):
+    """Stops the copying thread after the main thread failed."""
+
+
+class _Worker(threading.Thread):
+    """Runs fn(*args) in a daemon thread; join() re-raises its exception in the caller."""
+
+    def __init__(self, fn, *args):
+        super().__init__(name="vocabsurgeon-copy", daemon=True)
+        self._fn, self._args, self._error = fn, args, None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self._fn(*self._args)
+        except BaseException as e:  # handed to the main thread by join()
+            self._error = e
+
+    def join(self, timeout: float | None = None) -> None:
+        super().join(timeout)
+        if timeout is None and self._error is not None:
+            raise self._error
+
+
+def _copy_shards(plan: Plan, stage: Path, layouts: dict, methods: dict, progress) -> None:
+    """Every shard's old bytes: rewritten shards get their new layout, the others are copied whole."""
+    ckpt = plan.ckpt
+    for f in ckpt.shards:
+        if f in layouts:
+            copy_old_bytes(ckpt.path / f, layouts[f], stage / f, progress)
+            methods[f] = "rewrite"
+        else:
+            methods[f] = copy_file(ckpt.path / f, stage / f, link=plan.options.link, progress=progress)
+
+
+def _all_new_rows(plan: Plan, notes: dict) -> dict[str, GrownTensor]:
+    """New rows of every vocabulary tensor, encoded in its dtype."""
+    ckpt, lay, opts = plan.ckpt, plan.layout, plan.options
+    if not plan.k:
+        return {}
+    needs_cov = any(get_strategy(s).needs_cov for s in {opts.init_input, opts.init_output})
+    device = resolve_device(opts.device) if needs_cov else "cpu"  # only the covariance runs on a GPU
+    grown: dict[str, GrownTensor] = {}
+    base = None
+    for i, name in enumerate(lay.all_tensors):
+        info = ckpt.tensors[name]
+        if name in lay.aliases or (lay.tied and name == lay.lm_head):
+            rows = base  # the same matrix stored under another name: identical rows
+        else:
+            rows = _new_rows(plan, name, device, opts.seed + i, notes)
+            if name == lay.embedding:
+                base = rows
+        grown[name] = GrownTensor((plan.rows_after, *info.shape[1:]), encode_rows(rows, info.dtype))
+    return grown
 
 
 def _write_metadata_files(plan: Plan, stage: Path, grown: dict[str, GrownTensor]) -> None:

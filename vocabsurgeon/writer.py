@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 Progress = Callable[[int], None]
 STAGING_TAG = ".vocabsurgeon-staging-"
 _FICLONE = 0x40049409  # ioctl number of a reflink (btrfs, xfs, ...)
-_COPY_CHUNK = 1 << 30
+_COPY_CHUNK = 256 << 20  # progress (and cancellation) granularity
 
 
 def _noop(_: int) -> None:
@@ -50,26 +50,32 @@ class GrownTensor:
     patches: dict[int, bytes] = field(default_factory=dict)
 
 
-def _copy_range(src_fd: int, dst_fd: int, offset: int, count: int, progress: Progress) -> None:
-    """Copy `count` bytes at `offset` of src to dst's current position, in the kernel when possible."""
+def _copy_range(src_fd: int, dst_fd: int, offset: int, count: int, progress: Progress,
+                dst_offset: int | None = None) -> None:
+    """Copy `count` bytes at `offset` of src to dst (at `dst_offset`, or its current position),
+    in the kernel when possible."""
     done = 0
     while done < count:
         n = min(_COPY_CHUNK, count - done)
+        at = None if dst_offset is None else dst_offset + done
         try:
-            copied = os.copy_file_range(src_fd, dst_fd, n, offset + done)
+            copied = os.copy_file_range(src_fd, dst_fd, n, offset + done, at)
         except OSError as e:
             if e.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EPERM):
                 raise
-            copied = _copy_range_buffered(src_fd, dst_fd, offset + done, n)
+            copied = _copy_range_buffered(src_fd, dst_fd, offset + done, n, at)
         if copied == 0:
             raise OSError(errno.EIO, "unexpected end of input file while copying")
         done += copied
         progress(copied)
 
 
-def _copy_range_buffered(src_fd: int, dst_fd: int, offset: int, count: int) -> int:
+def _copy_range_buffered(src_fd: int, dst_fd: int, offset: int, count: int, dst_offset: int | None) -> int:
     buf = os.pread(src_fd, min(count, 64 << 20), offset)
-    _write_all(dst_fd, buf)
+    if dst_offset is None:
+        _write_all(dst_fd, buf)
+    else:
+        _pwrite_all(dst_fd, buf, dst_offset)
     return len(buf)
 
 
@@ -116,48 +122,85 @@ def encode_header(tensors: list[tuple[str, str, tuple[int, ...], int]], metadata
     return len(raw).to_bytes(8, "little") + raw
 
 
+@dataclass
+class ShardLayout:
+    """Where every tensor of a rewritten shard goes: the new header and each tensor's new offset."""
+
+    header: ShardHeader  # the input shard's header
+    head: bytes  # the encoded new header
+    starts: dict[str, int]  # absolute offset of each tensor's first byte in the new file
+    nbytes: dict[str, int]  # each tensor's new size in bytes
+    size: int  # the new file's size
+
+
+def layout_shard(header: ShardHeader, new_shapes: dict[str, tuple[int, ...]]) -> ShardLayout:
+    """Lay out a shard whose tensors in `new_shapes` gain rows; order and __metadata__ are kept."""
+    order = sorted(header.tensors, key=lambda t: t.start)
+    entries = []
+    for t in order:
+        shape = new_shapes.get(t.name, t.shape)
+        nbytes = DTYPE_SIZES[t.dtype]
+        for d in shape:
+            nbytes *= d
+        entries.append((t.name, t.dtype, tuple(shape), nbytes))
+    head = encode_header(entries, header.metadata)
+    starts, sizes, pos = {}, {}, len(head)
+    for name, _, _, nbytes in entries:
+        starts[name], sizes[name] = pos, nbytes
+        pos += nbytes
+    return ShardLayout(header, head, starts, sizes, pos)
+
+
+def copy_old_bytes(src: Path, layout: ShardLayout, dst: Path, progress: Progress = _noop) -> None:
+    """Write the new header and every old byte of `src` at its new place in `dst`.
+
+    The new rows' bytes are left as a hole, filled by `write_rows` (possibly while this runs in
+    another thread, since nothing here depends on their values).
+    """
+    with open(src, "rb") as fi, open(dst, "wb", buffering=0) as fo:
+        _write_all(fo.fileno(), layout.head)
+        for t in layout.header.tensors:
+            _copy_range(fi.fileno(), fo.fileno(), t.start, t.nbytes, progress, dst_offset=layout.starts[t.name])
+        os.ftruncate(fo.fileno(), layout.size)
+
+
+def write_rows(dst: Path, layout: ShardLayout, grown: dict[str, GrownTensor], progress: Progress = _noop) -> None:
+    """Write the new rows (appended, and overwritten in place) of the grown tensors into `dst`."""
+    by_name = {t.name: t for t in layout.header.tensors}
+    fd = os.open(dst, os.O_WRONLY)
+    try:
+        for name, g in grown.items():
+            t = by_name[name]
+            start = layout.starts[name]
+            for row, data in sorted(g.patches.items()):
+                if len(data) != t.row_bytes or not 0 <= row < t.shape[0]:
+                    raise VocabSurgeonError(f"internal: bad patch of row {row} of '{name}'")
+                _pwrite_all(fd, data, start + row * t.row_bytes)
+                progress(len(data))
+            if t.nbytes + len(g.tail) != layout.nbytes[name]:
+                raise VocabSurgeonError(f"internal: grown tensor '{name}' has {len(g.tail)} tail bytes, not what its shape needs")
+            _pwrite_all(fd, g.tail, start + t.nbytes)
+            progress(len(g.tail))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
+
+
 def rewrite_shard(
     src: Path, header: ShardHeader, dst: Path, grown: dict[str, GrownTensor], progress: Progress = _noop,
 ) -> int:
-    """Write `dst`: the shard `src` with the tensors in `grown` extended. Returns bytes written.
-
-    Tensor order and __metadata__ are kept; every untouched tensor's bytes are copied unchanged.
-    """
-    order = sorted(header.tensors, key=lambda t: t.start)
-    layout = []
-    for t in order:
-        g = grown.get(t.name)
-        if g is None:
-            layout.append((t.name, t.dtype, t.shape, t.nbytes))
-        else:
-            n = DTYPE_SIZES[t.dtype]
-            for d in g.shape:
-                n *= d
-            if n != t.nbytes + len(g.tail):
-                raise VocabSurgeonError(f"internal: grown tensor '{t.name}' has {len(g.tail)} tail bytes, expected {n - t.nbytes}")
-            layout.append((t.name, t.dtype, g.shape, n))
-    head = encode_header(layout, header.metadata)
-    written = len(head)
-    # Unbuffered: copy_file_range and write(2) share the file position.
-    with open(src, "rb") as fi, open(dst, "wb", buffering=0) as fo:
-        _write_all(fo.fileno(), head)
-        for t in order:
-            g = grown.get(t.name)
-            pos = t.start
-            for row in sorted(g.patches) if g else ():
-                at = t.start + row * t.row_bytes
-                _copy_range(fi.fileno(), fo.fileno(), pos, at - pos, progress)
-                _write_all(fo.fileno(), g.patches[row])
-                progress(len(g.patches[row]))
-                pos = at + t.row_bytes
-            _copy_range(fi.fileno(), fo.fileno(), pos, t.end - pos, progress)
-            written += t.nbytes
-            if g is not None:
-                _write_all(fo.fileno(), g.tail)
-                written += len(g.tail)
-                progress(len(g.tail))
-        os.fsync(fo.fileno())
-    return written
+    """Write `dst`: the shard `src` with the tensors in `grown` changed, in one call. Returns its size."""
+    layout = layout_shard(header, {n: g.shape for n, g in grown.items()})
+    copy_old_bytes(src, layout, dst, progress)
+    write_rows(dst, layout, grown, progress)
+    return layout.size
 
 
 def write_json(path: Path, obj: dict) -> None:
