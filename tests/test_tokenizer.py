@@ -437,9 +437,11 @@ def test_slow_only_checkpoint_is_converted_and_says_so(slow_only, tmp_path):
     assert summary["tokenizer_family"] == "sentencepiece-bpe"
     assert summary["tokenizer_notes"] == [
         "tokenizer.model converted to tokenizer.json with transformers' LlamaTokenizer; "
-        "tokenizer.model itself does not have the new tokens"
+        "tokenizer.model itself does not have the new tokens",
+        "not copied: tokenizer.model (slow-tokenizer files without the new tokens; tokenizer.json has them)",
     ]
     assert (out / "tokenizer.json").exists() and not (src / "tokenizer.json").exists()
+    assert not (out / "tokenizer.model").exists(), "a stale slow tokenizer must not be shipped"
     check_guarantees(src, out, WORDS)
 
 

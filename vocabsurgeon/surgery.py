@@ -24,7 +24,7 @@ from .architectures import VocabLayout, detect, text_config
 from .checkpoint import FLOAT_DTYPES, INDEX_NAME, Checkpoint, same_bytes
 from .errors import InputError, VocabSurgeonError, WriteError
 from .init import DEFAULT_EPS, InitContext, accumulate_stats, encode_rows, get_strategy, kl_bound, resolve_device
-from .tokenizer import TOKENIZER_CONFIG, TOKENIZER_FILE, TokenizerEditor, TokenizerPlan, verify_tokenizer
+from .tokenizer import STALE_SLOW_FILES, TOKENIZER_CONFIG, TOKENIZER_FILE, TokenizerEditor, TokenizerPlan, verify_tokenizer
 from .writer import (
     GrownTensor, check_output_path, copy_file, copy_old_bytes, layout_shard, staging, write_json, write_rows,
 )
@@ -66,6 +66,7 @@ class Plan:
     rows_after: int
     rewrite: list[str]  # shard files that hold vocabulary tensors
     copy: list[str]  # shard files copied untouched
+    dropped: list[str] = field(default_factory=list)  # stale slow-tokenizer files left out
 
     @property
     def k(self) -> int:
@@ -117,13 +118,15 @@ class Plan:
         ]
         show = 30  # a long token list is summarized; --json has all of it
         for a in d["added"][:show]:
-            lines.append(f"  + {a['id']:>7}  {a['form']!r} ({a['mechanism']})")
+            stored = f" stored as {a['piece']!r}" if a["piece"] not in (a["form"], a["form"].strip()) else ""
+            lines.append(f"  + {a['id']:>7}  {a['form']!r} ({a['mechanism']}{stored})")
         if len(d["added"]) > show:
             lines.append(f"  + ... and {len(d['added']) - show} more (see --json)")
         for s in d["skipped"][:show]:
             lines.append(f"  = skipped {s['token']!r}: {s['reason']}")
         if len(d["skipped"]) > show:
             lines.append(f"  = ... and {len(d['skipped']) - show} more skipped")
+        lines.extend(f"note: {n}" for n in d["tokenizer_notes"])
         lines.append(f"rewrite {len(self.rewrite)} shard(s): {', '.join(self.rewrite)}")
         if self.copy:
             lines.append(f"copy {len(self.copy)} shard(s) byte for byte{' (hard links)' if self.options.link else ''}")
@@ -169,6 +172,11 @@ def plan_add(src: str | os.PathLike, tokens: list[str], options: AddOptions | No
         )
     # New ids start after the last row: rows past the tokenizer (padding, reserved) keep their values.
     tplan = editor.plan(tokens, special=options.special, first_id=layout.rows)
+    dropped = [f for f in STALE_SLOW_FILES if (ckpt.path / f).is_file()] if tplan.new else []
+    if dropped:
+        tplan.notes.append(
+            f"not copied: {', '.join(dropped)} (slow-tokenizer files without the new tokens; {TOKENIZER_FILE} has them)"
+        )
     rows_after = layout.rows + len(tplan.new)
     if tplan.new and options.pad_to_multiple_of:
         m = options.pad_to_multiple_of
@@ -176,7 +184,7 @@ def plan_add(src: str | os.PathLike, tokens: list[str], options: AddOptions | No
     vocab_files = {ckpt.tensors[n].file for n in layout.all_tensors}
     rewrite = [f for f in ckpt.shards if f in vocab_files] if tplan.new else []
     copy = [f for f in ckpt.shards if f not in rewrite]
-    return Plan(Path(src), ckpt, layout, editor, tplan, options, layout.rows, rows_after, rewrite, copy)
+    return Plan(Path(src), ckpt, layout, editor, tplan, options, layout.rows, rows_after, rewrite, copy, dropped)
 
 
 def _refuse_remote_code(src: Path) -> None:
@@ -372,7 +380,8 @@ def _copy_other_files(plan: Plan, stage: Path) -> None:
         rel = p.relative_to(src)
         if any(part.startswith(".") for part in rel.parts) or rel.parts[0] in ("__pycache__",):
             continue  # .git, .cache, editor files: not part of the checkpoint
-        if len(rel.parts) == 1 and (p.name in plan.ckpt.shards or (p.name in _HANDLED and (stage / p.name).exists())):
+        if len(rel.parts) == 1 and (p.name in plan.ckpt.shards or p.name in plan.dropped
+                                    or (p.name in _HANDLED and (stage / p.name).exists())):
             continue
         dst = stage / rel
         if p.is_dir():

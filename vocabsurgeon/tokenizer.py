@@ -50,6 +50,9 @@ SLOW_TOKENIZER_FILE = "tokenizer.model"
 MAX_TOKEN_CHARS = 256
 # tokenizer_config classes that load tokenizer.json without rebuilding it.
 FILE_AS_WRITTEN_CLASSES = {"PreTrainedTokenizerFast", "TokenizersBackend"}
+# Slow-tokenizer files that would not have the new tokens: left out of the output when
+# tokenizer.json is rewritten, so that no loader silently gets the old vocabulary from them.
+STALE_SLOW_FILES = ("tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "vocab.json", "merges.txt", "vocab.txt")
 GAP_PIECE = "<vocabsurgeon unused {}>"  # Unigram placeholders; the space makes them unreachable
 
 _BYTE_LEVEL = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
