@@ -50,6 +50,7 @@ class AddOptions:
     embedding_key: str | None = None
     lm_head_key: str | None = None
     pad_to_multiple_of: int | None = None
+    reuse_reserved: bool = False
 
 
 @dataclass
@@ -70,7 +71,16 @@ class Plan:
 
     @property
     def k(self) -> int:
+        """Rows appended (new tokens past the old rows, plus padding)."""
         return self.rows_after - self.rows_before
+
+    @property
+    def row_ids(self) -> list[int]:
+        """Every row that gets new values: the new tokens' ids (some inside the old rows with
+        --reuse-reserved), then the padding rows."""
+        ids = [t.id for t in self.tokens.new]
+        appended = set(i for i in ids if i >= self.rows_before)
+        return ids + [i for i in range(self.rows_before, self.rows_after) if i not in appended]
 
     def strategy_for(self, name: str) -> str:
         """The init strategy of one vocabulary tensor."""
@@ -96,7 +106,9 @@ class Plan:
             "seed": self.options.seed,
             "rows_before": self.rows_before,
             "rows_after": self.rows_after,
-            "padding_rows": self.rows_after - self.rows_before - len(self.tokens.new),
+            "padding_rows": len(self.row_ids) - len(self.tokens.new),
+            "reused_rows": [t.id for t in self.tokens.new if t.id < self.rows_before],
+            "freed_tokens": {str(i): c for i, c in self.tokens.freed.items()},
             "added": [{"token": t.text, "form": t.form, "piece": t.piece, "id": t.id, "mechanism": t.mechanism}
                       for t in self.tokens.new],
             "skipped": self.tokens.skipped,
@@ -171,13 +183,14 @@ def plan_add(src: str | os.PathLike, tokens: list[str], options: AddOptions | No
             "rows; config and weights disagree, refusing to guess"
         )
     # New ids start after the last row: rows past the tokenizer (padding, reserved) keep their values.
-    tplan = editor.plan(tokens, special=options.special, first_id=layout.rows)
+    reuse = editor.reusable_ids(layout.rows) if options.reuse_reserved else None
+    tplan = editor.plan(tokens, special=options.special, first_id=layout.rows, reuse=reuse)
     dropped = [f for f in STALE_SLOW_FILES if (ckpt.path / f).is_file()] if tplan.new else []
     if dropped:
         tplan.notes.append(
             f"not copied: {', '.join(dropped)} (slow-tokenizer files without the new tokens; {TOKENIZER_FILE} has them)"
         )
-    rows_after = layout.rows + len(tplan.new)
+    rows_after = layout.rows + sum(t.id >= layout.rows for t in tplan.new)
     if tplan.new and options.pad_to_multiple_of:
         m = options.pad_to_multiple_of
         rows_after = math.ceil(rows_after / m) * m
@@ -217,7 +230,7 @@ def _new_rows(plan: Plan, name: str, device, gen_seed: int, notes: dict) -> np.n
     info = ckpt.tensors[name]
     if info.dtype not in FLOAT_DTYPES:
         raise InputError(f"tensor '{name}' has dtype {info.dtype}; vocabulary tensors must be floating point")
-    k = plan.k
+    k = len(plan.row_ids)  # rows to compute, in row_ids order
     if len(info.shape) == 1:  # a bias: the mean bias keeps the KL bound
         stats = accumulate_stats(ckpt.iter_np_chunks(name), cov=False, name=name)
         return np.tile(stats.mean, (k, 1))
@@ -331,7 +344,7 @@ def _copy_shards(plan: Plan, stage: Path, layouts: dict, methods: dict, progress
 def _all_new_rows(plan: Plan, notes: dict) -> dict[str, GrownTensor]:
     """New rows of every vocabulary tensor, encoded in its dtype."""
     ckpt, lay, opts = plan.ckpt, plan.layout, plan.options
-    if not plan.k:
+    if not plan.row_ids:
         return {}
     needs_cov = any(get_strategy(s).needs_cov for s in {opts.init_input, opts.init_output})
     device = resolve_device(opts.device) if needs_cov else "cpu"  # only the covariance runs on a GPU
@@ -345,7 +358,12 @@ def _all_new_rows(plan: Plan, notes: dict) -> dict[str, GrownTensor]:
             rows = _new_rows(plan, name, device, opts.seed + i, notes)
             if name == lay.embedding:
                 base = rows
-        grown[name] = GrownTensor((plan.rows_after, *info.shape[1:]), encode_rows(rows, info.dtype))
+        # Rows inside the old matrix (--reuse-reserved) are patched in place; the rest are appended.
+        order = plan.row_ids
+        inside = {r: encode_rows(rows[j:j + 1], info.dtype) for j, r in enumerate(order) if r < plan.rows_before}
+        tail_rows = sorted((r, j) for j, r in enumerate(order) if r >= plan.rows_before)
+        tail = encode_rows(rows[[j for _, j in tail_rows]], info.dtype) if tail_rows else b""
+        grown[name] = GrownTensor((plan.rows_after, *info.shape[1:]), tail, inside)
     return grown
 
 
@@ -391,6 +409,17 @@ def _copy_other_files(plan: Plan, stage: Path) -> None:
             shutil.copyfile(p, dst)
 
 
+def _old_rows_kept(src: Path, t, dst: Path, dst_start: int, g: GrownTensor) -> bool:
+    """Every old row of `t` not deliberately overwritten (patches) is byte-identical in `dst`."""
+    pos = 0
+    for row in sorted(g.patches) + [t.shape[0]]:
+        end = row * t.row_bytes
+        if end > pos and not same_bytes(src, t.start + pos, dst, dst_start + pos, end - pos):
+            return False
+        pos = end + t.row_bytes
+    return True
+
+
 def _verify(plan: Plan, stage: Path, grown: dict[str, GrownTensor]) -> None:
     """Re-open what was written and check it before calling the job done."""
     ckpt = plan.ckpt
@@ -402,7 +431,7 @@ def _verify(plan: Plan, stage: Path, grown: dict[str, GrownTensor]) -> None:
         want_shape = grown[name].shape if name in grown else t.shape
         if o.shape != want_shape or o.dtype != t.dtype:
             raise VocabSurgeonError(f"internal: tensor '{name}' written as {o.dtype}{list(o.shape)}, expected {t.dtype}{list(want_shape)}")
-        if name in grown and not same_bytes(stage / o.file, o.start, ckpt.path / t.file, t.start, t.nbytes):
+        if name in grown and not _old_rows_kept(ckpt.path / t.file, t, stage / o.file, o.start, grown[name]):
             raise VocabSurgeonError(f"internal: old rows of '{name}' changed while writing; nothing was published")
     if out.index is not None and out.index["metadata"]["total_size"] != out.total_size:
         raise VocabSurgeonError("internal: index total_size does not match the shards; nothing was published")

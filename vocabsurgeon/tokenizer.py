@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import unicodedata
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -53,6 +54,8 @@ FILE_AS_WRITTEN_CLASSES = {"PreTrainedTokenizerFast", "TokenizersBackend"}
 # Slow-tokenizer files that would not have the new tokens: left out of the output when
 # tokenizer.json is rewritten, so that no loader silently gets the old vocabulary from them.
 STALE_SLOW_FILES = ("tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "vocab.json", "merges.txt", "vocab.txt")
+# Placeholder tokens that models ship for later use (Llama 3, Gemma, BERT): --reuse-reserved takes them.
+RESERVED_TOKEN = re.compile(r"<\|reserved_special_token_\d+\|>|<unused\d+>|\[unused\d+\]|<\|reserved_\d+\|>")
 GAP_PIECE = "<vocabsurgeon unused {}>"  # Unigram placeholders; the space makes them unreachable
 
 _BYTE_LEVEL = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
@@ -89,6 +92,7 @@ class TokenizerPlan:
     notes: list[str] = field(default_factory=list)  # what else was changed, for the report
     gap: tuple[int, int] | None = None  # Unigram ids [start, end) filled with placeholders
     original: Tokenizer | None = field(default=None, repr=False, compare=False)  # for verification
+    freed: dict[int, str] = field(default_factory=dict)  # reserved tokens given up (--reuse-reserved): id -> content
 
     def to_dict(self) -> dict:
         """The plan as plain data (the --json view)."""
@@ -354,8 +358,24 @@ class TokenizerEditor:
         claimed[key] = w
         return key
 
-    def plan(self, words: list[str], *, special: bool = False, first_id: int | None = None) -> TokenizerPlan:
-        """Decide the new entries and their ids (from `first_id`, default `size`).
+    def reusable_ids(self, rows: int) -> list[tuple[int, str | None]]:
+        """Rows that --reuse-reserved may take, in order: rows no token maps to, then reserved
+        placeholder tokens (`<|reserved_special_token_N|>`, `<unusedN>`, `[unusedN]`), as (id, content)."""
+        if not isinstance(self.model.get("vocab"), dict):
+            raise InputError(
+                f"{self.dir / TOKENIZER_FILE}: --reuse-reserved needs a BPE or WordPiece vocabulary; "
+                f"this {self.family} tokenizer's ids are list positions. Drop --reuse-reserved"
+            )
+        used = set(self.vocab.values()) | {t["id"] for t in self.added.values()}
+        unused = [(i, None) for i in range(rows) if i not in used]
+        reserved = {t["id"]: c for c, t in self.added.items() if RESERVED_TOKEN.fullmatch(c)}
+        reserved.update({i: c for c, i in self.vocab.items() if RESERVED_TOKEN.fullmatch(c) and c not in self.added})
+        return unused + sorted((i, c) for i, c in reserved.items() if i < rows)
+
+    def plan(self, words: list[str], *, special: bool = False, first_id: int | None = None,
+             reuse: list[tuple[int, str | None]] | None = None) -> TokenizerPlan:
+        """Decide the new entries and their ids: first from `reuse` (see `reusable_ids`), then
+        from `first_id` (default `size`) on.
 
         Raises:
             InputError: a token that would take over an existing word after normalization, or an
@@ -364,7 +384,18 @@ class TokenizerEditor:
         start = self.size if first_id is None else first_id
         if start < self.size:
             raise InputError(f"new ids must start at or after {self.size}, the tokenizer's size; got {start}")
-        next_id = start
+        pool = list(reuse or [])
+        freed: dict[int, str] = {}
+        counter = iter(range(start, 1 << 62))
+
+        def take() -> int:
+            if pool:
+                i, content = pool.pop(0)
+                if content is not None:
+                    freed[i] = content
+                return i
+            return next(counter)
+
         new: list[NewToken] = []
         skipped: list[dict] = []
         notes: list[str] = []
@@ -380,9 +411,8 @@ class TokenizerEditor:
                 if self.has(w):
                     skipped.append({"token": w, "reason": "already in the vocabulary (not promoted to special)"})
                     continue
-                new.append(NewToken(w, w, w, next_id, "special", self.encode(w),
+                new.append(NewToken(w, w, w, take(), "special", self.encode(w),
                                     score=0.0 if score is not None else None))
-                next_id += 1
                 continue
             norm = self._check_normalization(w, claimed)
             added_any = False
@@ -390,9 +420,8 @@ class TokenizerEditor:
                 if self.has(piece) or piece in planned or (mech == "added" and len(self.encode(form)) == 1):
                     continue  # this form is one token already
                 planned.add(piece)
-                new.append(NewToken(w, form, piece, next_id, mech, self.encode(form), normalized,
+                new.append(NewToken(w, form, piece, take(), mech, self.encode(form), normalized,
                                     score if mech == "vocab" else None))
-                next_id += 1
                 added_any = True
             if not added_any:
                 skipped.append({"token": w, "reason": "already in the vocabulary"})
@@ -426,7 +455,14 @@ class TokenizerEditor:
         if self.converted_from:
             notes.append(f"{SLOW_TOKENIZER_FILE} converted to {TOKENIZER_FILE} with transformers' {self.converted_from}; "
                          f"{SLOW_TOKENIZER_FILE} itself does not have the new tokens")
-        return TokenizerPlan(self.family, new, skipped, set_ignore, notes, gap, self.tok)
+        if reuse is not None:
+            taken = [t.id for t in new if t.id < start]
+            notes.append(
+                f"--reuse-reserved: {len(taken)} new tokens took existing rows"
+                + (f" ({len(freed)} of them reserved tokens, e.g. {next(iter(freed.values()))!r})" if freed else "")
+                + f"; {len(new) - len(taken)} rows appended"
+            )
+        return TokenizerPlan(self.family, new, skipped, set_ignore, notes, gap, self.tok, freed)
 
     def edited(self, plan: TokenizerPlan) -> dict:
         """The tokenizer.json object with the plan applied."""
@@ -437,6 +473,11 @@ class TokenizerEditor:
             model["ignore_merges"] = True
         # Existing added tokens missing from the model vocabulary get their id there too: on load the
         # library numbers such tokens after the model's entries, which now include the new ones.
+        if plan.freed:  # reserved placeholders given up for new tokens (--reuse-reserved)
+            data["added_tokens"] = [t for t in data.get("added_tokens") or [] if t["id"] not in plan.freed]
+            if isinstance(vocab, dict):
+                for content in plan.freed.values():
+                    vocab.pop(content, None)
         by_id = {t["id"]: t["content"] for t in data.get("added_tokens") or []}
         if isinstance(vocab, list):  # Unigram: the list index is the id
             if plan.gap:
@@ -472,12 +513,18 @@ class TokenizerEditor:
         and split the new words again. PreTrainedTokenizerFast loads tokenizer.json as written.
         """
         needs_file_as_written = plan.set_ignore_merges
-        if self.config is None and not needs_file_as_written:
+        if self.config is None and not needs_file_as_written and not plan.freed:
             return None
         cfg = json.loads(json.dumps(self.config or {}))
         if needs_file_as_written and cfg.get("tokenizer_class") not in FILE_AS_WRITTEN_CLASSES:
             cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
         decoder = cfg.get("added_tokens_decoder")
+        for i, content in plan.freed.items():
+            if isinstance(decoder, dict):
+                decoder.pop(str(i), None)
+            for key in ("extra_special_tokens", "additional_special_tokens"):
+                if isinstance(cfg.get(key), list) and content in cfg[key]:
+                    cfg[key].remove(content)
         for t in plan.new:
             if t.mechanism == "vocab":
                 continue
@@ -527,6 +574,8 @@ def verify_tokenizer(out_dir: Path, plan: TokenizerPlan) -> None:
             )
     if plan.original is not None:
         for i, t in plan.original.get_added_tokens_decoder().items():
+            if i in plan.freed:
+                continue  # a reserved placeholder given up for a new token
             if tok.token_to_id(t.content) != i:
                 raise VocabSurgeonError(
                     f"token {t.content!r}: the reloaded tokenizer gives id {tok.token_to_id(t.content)}, but it was "

@@ -1,0 +1,79 @@
+"""--reuse-reserved: new tokens take rows no token uses and reserved placeholders before appending."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+from builders import bytelevel_tokenizer, save_checkpoint
+from vocabsurgeon import InputError, add_tokens
+from vocabsurgeon.checkpoint import Checkpoint
+
+RESERVED = ["<|reserved_special_token_0|>", "<|reserved_special_token_1|>"]
+WORDS = ["Frodo", "Aragorn", "Gandalf", "Mordor", "Rivendell"]  # 10 new entries (bare + word-start)
+
+
+@pytest.fixture
+def padded(tmp_path):
+    """A Llama-style checkpoint: 600 tokens + 2 reserved specials, 608 embedding rows (6 unused)."""
+    tok = bytelevel_tokenizer(600)
+    tok.add_special_tokens({"additional_special_tokens": RESERVED})
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=608, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False,
+                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    model = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+    return save_checkpoint(model, tok, tmp_path / "padded", max_shard_size="40KB")
+
+
+def test_default_appends_after_the_last_row(padded, tmp_path):
+    r = add_tokens(padded, tmp_path / "out", WORDS)
+    d = r.to_dict()
+    assert [a["id"] for a in d["added"]] == list(range(608, 618))
+    assert d["reused_rows"] == [] and d["rows_after"] == 618
+
+
+def test_reuse_takes_unused_rows_then_reserved_tokens(padded, tmp_path):
+    out = tmp_path / "out"
+    r = add_tokens(padded, out, WORDS, reuse_reserved=True, init="mean")
+    d = r.to_dict()
+    ids = [a["id"] for a in d["added"]]
+    assert ids == [602, 603, 604, 605, 606, 607, 600, 601, 608, 609]
+    assert d["reused_rows"] == ids[:8]
+    assert d["freed_tokens"] == {"600": RESERVED[0], "601": RESERVED[1]}
+    assert d["rows_before"] == 608 and d["rows_after"] == 610
+    assert any(n.startswith("--reuse-reserved: 8 new tokens took existing rows") for n in d["tokenizer_notes"])
+
+    tok = AutoTokenizer.from_pretrained(out)
+    for a in d["added"]:
+        assert tok(a["form"], add_special_tokens=False).input_ids == [a["id"]], a
+    assert RESERVED[0] not in tok.get_vocab()
+
+    a, b = Checkpoint.open(padded), Checkpoint.open(out)
+    for name in ("model.embed_tokens.weight", "lm_head.weight"):
+        old, new = a.rows_np(name, 0, 608), b.rows_np(name, 0, 610)
+        keep = [i for i in range(608) if i not in ids]
+        assert np.array_equal(old[keep], new[keep]), "rows that were not reused stay bit-identical"
+        mean = old.astype(np.float64).mean(0)
+        want = torch.from_numpy(mean).to(torch.bfloat16).float().numpy()
+        for i in ids:
+            assert np.array_equal(new[i], want), i
+
+    m_old = AutoModelForCausalLM.from_pretrained(padded).eval()
+    m_new = AutoModelForCausalLM.from_pretrained(out).eval()
+    x = torch.tensor([AutoTokenizer.from_pretrained(padded)("The value of the option is set.").input_ids])
+    with torch.no_grad():
+        lo, ln = m_old(x).logits[0], m_new(x).logits[0]
+    keep = [i for i in range(608) if i not in ids]
+    assert torch.equal(lo[:, keep], ln[:, keep])
+
+
+def test_reuse_refused_for_unigram_vocabularies(tmp_path, monkeypatch):
+    from vocabsurgeon.tokenizer import TokenizerEditor
+
+    ed = TokenizerEditor.__new__(TokenizerEditor)
+    ed.model, ed.dir, ed.family = {"vocab": [["a", 0.0]]}, tmp_path, "unigram"
+    with pytest.raises(InputError, match="--reuse-reserved needs a BPE or WordPiece vocabulary"):
+        ed.reusable_ids(10)
