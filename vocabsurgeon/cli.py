@@ -127,6 +127,9 @@ def _emit(data: dict) -> None:
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of every random init (deterministic output).")
 @click.option("--special", is_flag=True, help="Add the tokens as special tokens (skipped by decode(skip_special_tokens)).")
 @click.option("--pad-to-multiple-of", type=int, help="Pad the rows to a multiple of N (tensor cores); padding holds the mean row.")
+@click.option("--reuse-reserved", is_flag=True,
+              help="Put new tokens on rows no token uses (padding) and on reserved placeholder tokens "
+                   "(<|reserved_special_token_N|>, <unusedN>, [unusedN]) before appending rows.")
 @click.option("--link", is_flag=True, help="Hard-link untouched shards instead of copying them (same filesystem only).")
 @click.option("--force", is_flag=True, help="Replace a non-empty output directory.")
 @click.option("--device", default="auto", show_default=True, help="Where to compute statistics: auto, cpu, cuda.")
@@ -137,7 +140,7 @@ def _emit(data: dict) -> None:
 @common_options
 @click.pass_context
 def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, seed, special, pad_to_multiple_of,
-        link, force, device, embedding_key, lm_head_key, dry_run, as_json):
+        link, force, device, embedding_key, lm_head_key, dry_run, as_json, reuse_reserved):
     """Add tokens to the checkpoint SRC and write the new checkpoint to OUT.
 
     Streams the vocabulary tensors shard by shard (never loads the model), copies untouched shards
@@ -173,7 +176,7 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
     options = AddOptions(
         init=init, init_input=init_input, init_output=init_output, eps=eps, seed=seed, special=special,
         link=link, force=force, device=device, embedding_key=embedding_key, lm_head_key=lm_head_key,
-        pad_to_multiple_of=pad_to_multiple_of,
+        pad_to_multiple_of=pad_to_multiple_of, reuse_reserved=reuse_reserved,
     )
     plan = plan_add(src, tokens, options)
     quiet = is_quiet(ctx)
