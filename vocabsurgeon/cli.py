@@ -112,6 +112,41 @@ def _emit(data: dict) -> None:
     click.echo(json.dumps(data, indent=2, ensure_ascii=False))
 
 
+def _check_plot(ctx, param, value):
+    if value:  # before any long work: a missing extra is found at once
+        from .validate import require_plot
+
+        require_plot()
+    return value
+
+
+def validation_options(fn):
+    """The corpus, work bound, plot and pass/fail thresholds of `validate`, shared with `add`."""
+    from .validate import DEFAULT_MAX_TOKENS, Thresholds
+
+    d = Thresholds()
+    for decorator in reversed([
+        click.option("--corpus", type=click.Path(dir_okay=False, path_type=str),
+                     help="UTF-8 text to validate on (default: a few KB of prose, dialogue, numbers and code "
+                          "shipped with vocabsurgeon)."),
+        click.option("--max-tokens", default=DEFAULT_MAX_TOKENS, show_default=True, type=click.IntRange(min=1),
+                     help="Corpus tokens of the KL check: bounds the work on big models."),
+        click.option("--plot", type=click.Path(dir_okay=False, path_type=str), callback=_check_plot,
+                     help="Also write a PNG histogram of per-position KL (needs the extra vocabsurgeon[plot])."),
+        click.option("--max-kl-mean", default=d.max_kl_mean, show_default=True, type=float,
+                     help="Fail when the mean KL(p_old||p_new) in nats is above this (or above the mean-init "
+                          "bound log(1+k/n), when that is larger)."),
+        click.option("--max-kl-p99", default=d.max_kl_p99, show_default=True, type=float,
+                     help="Fail when the 99th percentile of KL in nats is above this (or the bound, when larger)."),
+        click.option("--max-new-token-fraction", default=d.max_new_token_fraction, show_default=True, type=float,
+                     help="Fail when more of the tokens sampled after prompts without new words are new tokens."),
+        click.option("--max-stuck-fraction", default=d.max_stuck_fraction, show_default=True, type=float,
+                     help="Fail when more of the prompts ending in a new token make the model repeat it."),
+    ]):
+        fn = decorator(fn)
+    return fn
+
+
 @cli.command()
 @click.argument("src", type=click.Path(file_okay=False, path_type=str))
 @click.argument("out", type=click.Path(path_type=str))
@@ -137,10 +172,14 @@ def _emit(data: dict) -> None:
 @click.option("--lm-head-key", help="Name of the output matrix tensor, for architectures not in the table.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
+@click.option("--no-validate", is_flag=True,
+              help="Skip the validation that runs after writing (it loads both models with transformers).")
+@validation_options
 @common_options
 @click.pass_context
 def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, seed, special, pad_to_multiple_of,
-        link, force, device, embedding_key, lm_head_key, dry_run, as_json, reuse_reserved):
+        link, force, device, embedding_key, lm_head_key, dry_run, as_json, reuse_reserved, no_validate,
+        **validation):
     """Add tokens to the checkpoint SRC and write the new checkpoint to OUT.
 
     Streams the vocabulary tensors shard by shard (never loads the model), copies untouched shards
@@ -198,7 +237,11 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
     with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="writing",
               disable=True if quiet else None, file=sys.stderr) as bar:
         result = apply(plan, out, progress=bar.update)
+    # Validation: the report goes into OUT; on failure OUT stays and ValidationFailed exits 3.
+    report = None if no_validate else _validate_added(ctx, result, as_json, device=device, seed=seed, **validation)
     summary = result.to_dict()
+    if report is not None:
+        summary["validation"] = _validation_brief(report, out)
     if as_json:
         _emit(summary)
     elif not quiet:
@@ -311,6 +354,114 @@ def neighbors(ckpt, tokens, k, metric, which, device, embedding_key, lm_head_key
                "tokens": [n.to_dict() for n in found]})
     else:
         click.echo("\n".join(n.describe() for n in found))
+
+
+def _validation_brief(report: dict, out) -> dict:
+    from .validate import REPORT_NAME
+
+    return {"passed": report["passed"], "failures": report["failures"], "report": str(Path(out) / REPORT_NAME),
+            "kl": {k: report["kl"][k] for k in ("mean", "p99", "max", "bound")},
+            "new_token_fraction": report["sampling"]["new_token_fraction"]}
+
+
+def _validate_added(ctx, result, as_json, *, device, seed, corpus, max_tokens, plot, **limits) -> dict:
+    """The validation step of `add`: runs the checks on what was written, prints, raises on failure."""
+    from .errors import ValidationFailed
+    from .validate import Thresholds, summary_lines, validate_added
+
+    quiet = is_quiet(ctx) or as_json
+    if not quiet:
+        click.echo(f"Validating {result.out} against {result.plan.src} (--no-validate skips this)", err=True)
+    try:
+        report = validate_added(result, corpus, thresholds=Thresholds(**limits), max_tokens=max_tokens, seed=seed,
+                                device=device, plot=plot)
+    except ValidationFailed as e:
+        if as_json:
+            _emit({**result.to_dict(), "validation": _validation_brief(e.report, result.out)})
+        elif not quiet:
+            click.echo("\n".join(summary_lines(e.report)[:-1]), err=True)
+        raise
+    if not quiet:
+        click.echo("\n".join(summary_lines(report)), err=True)
+    return report
+
+
+@cli.command()
+@click.argument("base", type=click.Path(file_okay=False, path_type=str))
+@click.argument("new", type=click.Path(file_okay=False, path_type=str))
+@validation_options
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the sampling check.")
+@click.option("--device", default="auto", show_default=True,
+              help="Where to run the models: auto (CUDA when present, spread with accelerate), cpu, cuda.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+@common_options
+@click.pass_context
+def validate(ctx, base, new, seed, device, as_json, corpus, max_tokens, plot, **limits):
+    """Check that the expanded checkpoint NEW is safe to use, against its original BASE.
+
+    On a held-out corpus tokenized with the original tokenizer: KL(p_old||p_new) at every
+    position (mean, p99, max, next to the mean-init bound log(1+k/n)) and unchanged old-vocabulary
+    logits; seeded samples (how many new tokens appear after prompts without new words, and how
+    often a new token makes the model repeat it); the tokenizer invariants; and, where the corpus
+    uses the new words, bits per byte of both models (reported, not pass/fail).
+
+    Exit status 0 when every check passes, 3 when one fails (the reason is printed), 2 on bad input.
+
+    \b
+    Examples:
+      vocabsurgeon validate ckpt/ out/
+      vocabsurgeon validate ckpt/ out/ --corpus lotr_chapter.txt --json > report.json
+      vocabsurgeon validate ckpt/ out/ --plot kl.png --max-tokens 512
+    """
+    from .errors import ValidationFailed
+    from .validate import Thresholds, summary_lines, validate_checkpoint
+
+    quiet = is_quiet(ctx) or as_json
+    report = validate_checkpoint(base, new, corpus, thresholds=Thresholds(**limits), max_tokens=max_tokens,
+                                 seed=seed, device=device, plot=plot,
+                                 progress=None if quiet else (lambda s: click.echo(f"running: {s}", err=True)))
+    if as_json:
+        _emit(report)
+    elif not is_quiet(ctx):
+        click.echo("\n".join(summary_lines(report)[:-1]), err=True)
+        if plot:
+            click.echo(f"Wrote {plot}", err=True)
+    if not report["passed"]:
+        raise ValidationFailed(f"{new}: validation failed: {'; '.join(report['failures'])}", report)
+    if not quiet:
+        click.echo("Validation passed.", err=True)
+
+
+@cli.command("inspect")
+@click.argument("ckpt", type=click.Path(file_okay=False, path_type=str))
+@click.option("--corpus", type=click.Path(dir_okay=False, path_type=str),
+              help="UTF-8 text for the zero-init risk (default: the corpus shipped with vocabsurgeon).")
+@click.option("--max-tokens", default=1024, show_default=True, type=click.IntRange(min=1),
+              help="Corpus tokens run through the model.")
+@click.option("--device", default="auto", show_default=True,
+              help="Where to run the model: auto (CUDA when present, spread with accelerate), cpu, cuda.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+@common_options
+def inspect_command(ckpt, corpus, max_tokens, device, as_json):
+    """Describe the checkpoint CKPT before surgery: layout, sizes, statistics, zero-init risk.
+
+    Architecture, tied or not, dtype; embedding rows vs tokenizer size vs config vocab_size;
+    per matrix the row norms and per-dimension mean and std next to the Xavier std; and, over a
+    corpus, log Z of the output softmax with the KL that one zero-initialized token would cause,
+    log(1 + 1/Z), and a verdict: safe, caution or dangerous. Changes nothing.
+
+    \b
+    Examples:
+      vocabsurgeon inspect ckpt/
+      vocabsurgeon inspect ckpt/ --corpus domain.txt --json
+    """
+    from .inspect import describe, inspect_checkpoint
+
+    report = inspect_checkpoint(ckpt, corpus, max_tokens=max_tokens, device=device)
+    if as_json:
+        _emit(report)
+    else:
+        click.echo("\n".join(describe(report)))
 
 
 def main() -> None:
