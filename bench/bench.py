@@ -473,7 +473,8 @@ def many(size_name: str, work: Path, count: int | None, timeout: float, mem_gb: 
         limit = ["prlimit", f"--as={int(mem_gb * 2**30)}"] if mem_gb and shutil.which("prlimit") else []
         s = measure(limit + ["timeout", str(int(timeout))] + cmd, work / "many.log")
     except SystemExit as e:
-        result["error"] = str(e).splitlines()[0]
+        lines = [l for l in str(e).splitlines() if l.strip()]
+        result["error"] = lines[-1] if len(lines) > 1 else str(e)  # the child's last line says why
         _drop(out)
         return result
     summary = json.loads((work / "many.log").read_text())
