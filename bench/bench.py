@@ -162,7 +162,7 @@ def generate(size: Size, out: Path) -> Path:
     bos, eos = size.vocab - size.specials, size.vocab - size.specials + 1
     (out / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|begin_of_text|>",
-        "eos_token": "<|end_of_text|>", "model_max_length": 131072, "clean_up_tokenization_spaces": True,
+        "eos_token": "<|end_of_text|>", "model_max_length": 131072, "clean_up_tokenization_spaces": False,
     }, indent=2) + "\n")
     (out / "config.json").write_text(json.dumps({
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": size.vocab,
