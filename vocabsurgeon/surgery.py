@@ -325,9 +325,16 @@ class _Worker(threading.Thread):
             self._error = e
 
     def join(self, timeout: float | None = None) -> None:
-        super().join(timeout)
-        if timeout is None and self._error is not None:
-            raise self._error
+        if timeout is None:
+            # Poll instead of one blocking wait: Linux may deliver SIGINT/SIGTERM to this worker
+            # thread, and a main thread blocked in a lock never wakes to run the handler, so an
+            # interrupt would wait for the whole copy (seen as a hang in the interrupt test).
+            while self.is_alive():
+                super().join(0.1)
+            if self._error is not None:
+                raise self._error
+        else:
+            super().join(timeout)
 
 
 def _copy_shards(plan: Plan, stage: Path, layouts: dict, methods: dict, progress) -> None:
