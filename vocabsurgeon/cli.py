@@ -74,9 +74,11 @@ def cli(ctx, quiet, verbose):
       vocabsurgeon add --tokens lotr.txt --init mean ckpt/ out/
       vocabsurgeon add --tokens lotr.txt --dry-run ckpt/ out/
       vocabsurgeon add -t Frodo -t Gandalf --init subword-mean --json ckpt/ out/
+      vocabsurgeon add --tokens lotr.txt --push-to me/gpt2-lotr --create-pr openai-community/gpt2 out/
+      vocabsurgeon push out/ me/gpt2-lotr --private
 
     Exit status: 0 success, 1 internal error, 2 bad input, 3 validation failed,
-    4 push failed, 130 interrupted.
+    4 push failed, 5 write failed, 130 interrupted.
     """
     ctx.ensure_object(dict)
     ctx.obj.update(quiet=quiet, verbose=verbose)
@@ -147,6 +149,21 @@ def validation_options(fn):
     return fn
 
 
+def _quiet_hub(ctx, as_json: bool) -> None:
+    """huggingface_hub draws its own progress bars (download, upload); keep them off with -q and --json."""
+    if is_quiet(ctx) or as_json:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+
+
+_PRIVATE_OPTION = click.option("--private", is_flag=True, default=None,
+                               help="Create the repo private (no effect when it exists).")
+_CREATE_PR_OPTION = click.option("--create-pr", is_flag=True,
+                                 help="Open a pull request instead of committing to the branch (review, then merge).")
+_HF_TOKEN_HELP = "Hugging Face token (default: HF_TOKEN, then the stored `hf auth login`)."
+
+
 @cli.command()
 @click.argument("src", type=click.Path(file_okay=False, path_type=str))
 @click.argument("out", type=click.Path(path_type=str))
@@ -174,13 +191,28 @@ def validation_options(fn):
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
 @click.option("--no-validate", is_flag=True,
               help="Skip the validation that runs after writing (it loads both models with transformers).")
+@click.option("--revision", help="Branch, tag or commit of SRC when it is a Hub repo id (default: main).")
+@click.option("--hf-token", help=_HF_TOKEN_HELP + " Used to pull SRC and to push.")
+@click.option("--push-to", metavar="REPO_ID", help="Push OUT to this Hub repo (org/name) as one commit, after "
+              "validation passed; see `vocabsurgeon push`.")
+@click.option("--push-revision", metavar="BRANCH", help="With --push-to: the branch to commit to (created from main "
+              "when missing; default main).")
+@_PRIVATE_OPTION
+@_CREATE_PR_OPTION
+@click.option("--message", help="With --push-to: the commit message (default: what was added, to which model).")
 @validation_options
 @common_options
 @click.pass_context
 def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, seed, special, pad_to_multiple_of,
         link, force, device, embedding_key, lm_head_key, dry_run, as_json, reuse_reserved, no_validate,
-        **validation):
+        revision, hf_token, push_to, push_revision, private, create_pr, message, **validation):
     """Add tokens to the checkpoint SRC and write the new checkpoint to OUT.
+
+    SRC is a checkpoint directory or a Hub repo id (org/name, at --revision); a local directory
+    of the same spelling wins. From the Hub only config, safetensors weights, tokenizer,
+    generation config, chat template and README.md are downloaded (into the Hub cache), never
+    pickle weights. OUT gets a README.md model card that records the surgery (and the validation
+    figures); --push-to then uploads OUT as one commit.
 
     Streams the vocabulary tensors shard by shard (never loads the model), copies untouched shards
     byte for byte, writes OUT atomically and re-reads it before reporting success. New words
@@ -199,6 +231,7 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
       vocabsurgeon add --tokens lotr.txt --init mean ckpt/ out/
       vocabsurgeon add --tokens lotr.txt --init-input subword-mean --init-output mean llama/ out/
       vocabsurgeon add -t '<|tool|>' --special --json ckpt/ out/ > summary.json
+      vocabsurgeon add --tokens lotr.txt --push-to me/gpt2-lotr --create-pr openai-community/gpt2 out/
     """
     from .errors import InputError
     from .surgery import AddOptions, apply, plan_add
@@ -212,12 +245,23 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
         tokens.append(t)
     if not tokens:
         raise InputError("no tokens given; pass --tokens FILE (one token per line) or -t TOKEN")
+    if not push_to:
+        given = [f for f, v in (("--push-revision", push_revision), ("--private", private),
+                                ("--create-pr", create_pr), ("--message", message)) if v]
+        if given:
+            raise InputError(f"{given[0]} is a push option; pass --push-to REPO_ID too")
+    else:
+        from .hub import REPO_ID
+
+        if not REPO_ID.fullmatch(push_to):
+            raise InputError(f"--push-to {push_to!r}: not a Hub repo id; pass it as org/name, e.g. me/gpt2-lotr")
+    _quiet_hub(ctx, as_json)
     options = AddOptions(
         init=init, init_input=init_input, init_output=init_output, eps=eps, seed=seed, special=special,
         link=link, force=force, device=device, embedding_key=embedding_key, lm_head_key=lm_head_key,
         pad_to_multiple_of=pad_to_multiple_of, reuse_reserved=reuse_reserved,
     )
-    plan = plan_add(src, tokens, options)
+    plan = plan_add(src, tokens, options, revision=revision, token=hf_token)
     quiet = is_quiet(ctx)
     if dry_run:
         if as_json:
@@ -242,6 +286,23 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
     summary = result.to_dict()
     if report is not None:
         summary["validation"] = _validation_brief(report, out)
+    if push_to:
+        from .errors import PushError
+        from .hub import push
+
+        n_words = len({a["token"] for a in summary["added"]})
+        message = message or (f"Add {n_words} new token{'s' if n_words != 1 else ''} to {summary['base']['name']} "
+                              f"with vocabsurgeon {__version__}")
+        if not quiet and not as_json:
+            click.echo(f"Pushing {out} to {push_to}", err=True)
+        try:
+            pushed = push(out, push_to, private=private, revision=push_revision, create_pr=create_pr, token=hf_token,
+                          message=message)
+        except PushError as e:  # the checkpoint is written: say how to retry the push alone
+            if as_json:
+                _emit({**summary, "push": {"error": str(e)}})
+            raise PushError(f"{e}. {out} is written; retry with `vocabsurgeon push {out} {push_to}`") from None
+        summary["push"] = pushed.to_dict()
     if as_json:
         _emit(summary)
     elif not quiet:
@@ -251,6 +312,8 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
             f"{summary['seconds']:.2f} s",
             err=True,
         )
+        if push_to:
+            _echo_pushed(summary["push"])
 
 
 _K_HELP = ("K: how many nearest neighbours of each token, by inner product, the token itself excluded "
@@ -372,18 +435,73 @@ def _validate_added(ctx, result, as_json, *, device, seed, corpus, max_tokens, p
     quiet = is_quiet(ctx) or as_json
     if not quiet:
         click.echo(f"Validating {result.out} against {result.plan.src} (--no-validate skips this)", err=True)
+    from .modelcard import write_model_card
+
     try:
         report = validate_added(result, corpus, thresholds=Thresholds(**limits), max_tokens=max_tokens, seed=seed,
                                 device=device, plot=plot)
     except ValidationFailed as e:
+        if e.report:  # the card says it failed, as the kept output is there to be inspected
+            write_model_card(result.out, result.to_dict(), e.report, plot=plot)
         if as_json:
             _emit({**result.to_dict(), "validation": _validation_brief(e.report, result.out)})
         elif not quiet:
             click.echo("\n".join(summary_lines(e.report)[:-1]), err=True)
         raise
+    write_model_card(result.out, result.to_dict(), report, plot=plot)
     if not quiet:
         click.echo("\n".join(summary_lines(report)), err=True)
     return report
+
+
+def _echo_pushed(d: dict) -> None:
+    where = f"pull request {d['pr_url']}" if d["pr_url"] else d["commit_url"]
+    click.echo(f"Pushed {len(d['files'])} files to {d['repo_id']} ({d['revision']}): {where}", err=True)
+
+
+@cli.command("push")
+@click.argument("out", type=click.Path(file_okay=False, path_type=str))
+@click.argument("repo_id")
+@_PRIVATE_OPTION
+@click.option("--revision", metavar="BRANCH",
+              help="The branch to commit to, created from main when missing (default: main); with --create-pr, "
+                   "the branch the pull request targets.")
+@_CREATE_PR_OPTION
+@click.option("--token", "--hf-token", "token", help=_HF_TOKEN_HELP)
+@click.option("--message", help="The commit message (default: \"Upload OUT with vocabsurgeon VERSION\").")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print repo, revision, commit url, pr url and files as JSON on stdout.")
+@common_options
+@click.pass_context
+def push_command(ctx, out, repo_id, private, revision, create_pr, token, message, as_json):
+    """Upload the checkpoint OUT (written by `add`) to the Hub repo REPO_ID as one commit.
+
+    Creates the repo if needed, then commits an explicit list of files: the safetensors weights
+    and index, config, tokenizer and generation files, chat template, the model card README.md,
+    the validation report and plot. Stray files (staging leftovers, *.tmp, .DS_Store, __pycache__,
+    locks, pickle files) are never sent. Remote files that would contradict the upload (old
+    shards, pickle weights, slow-tokenizer files without the new tokens) are deleted in the same
+    commit.
+
+    A Hub commit is atomic: files are uploaded first, then one commit call makes them visible. An
+    interrupted push leaves the branch as it was; rerun the same command and only what the Hub
+    does not have yet is uploaded. Use --create-pr (or --revision BRANCH) to review a large
+    upload before it reaches main.
+
+    \b
+    Examples:
+      vocabsurgeon push out/ me/gpt2-lotr
+      vocabsurgeon push out/ me/gpt2-lotr --create-pr --message "Add LOTR names"
+      vocabsurgeon push out/ my-org/llama-tools --private --revision vocab-v2 --json
+    """
+    from .hub import push
+
+    _quiet_hub(ctx, as_json)
+    result = push(out, repo_id, private=private, revision=revision, create_pr=create_pr, token=token, message=message)
+    if as_json:
+        _emit(result.to_dict())
+    elif not is_quiet(ctx):
+        _echo_pushed(result.to_dict())
 
 
 @cli.command()

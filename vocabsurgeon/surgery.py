@@ -23,6 +23,8 @@ from . import __version__
 from .architectures import VocabLayout, detect, text_config
 from .checkpoint import FLOAT_DTYPES, INDEX_NAME, Checkpoint, same_bytes
 from .errors import InputError, VocabSurgeonError, WriteError
+from .hub import Source, resolve_checkpoint
+from .modelcard import write_model_card
 from .init import DEFAULT_EPS, InitContext, accumulate_stats, encode_rows, get_strategy, kl_bound, resolve_device
 from .tokenizer import STALE_SLOW_FILES, TOKENIZER_CONFIG, TOKENIZER_FILE, TokenizerEditor, TokenizerPlan, verify_tokenizer
 from .writer import (
@@ -68,6 +70,7 @@ class Plan:
     rewrite: list[str]  # shard files that hold vocabulary tensors
     copy: list[str]  # shard files copied untouched
     dropped: list[str] = field(default_factory=list)  # stale slow-tokenizer files left out
+    source: Source | None = None  # where src came from (a Hub repo id and commit), for the model card
 
     @property
     def k(self) -> int:
@@ -93,8 +96,11 @@ class Plan:
 
     def to_dict(self) -> dict:
         lay = self.layout
+        source = self.source or Source(self.src)
         return {
             "input": str(self.src),
+            "base": {"name": source.name, "repo_id": source.repo_id, "revision": source.revision,
+                     "commit": source.commit},
             "architecture": lay.architecture,
             "tied": lay.tied,
             "tokenizer_family": self.tokens.family,
@@ -147,13 +153,19 @@ class Plan:
         return "\n".join(lines)
 
 
-def plan_add(src: str | os.PathLike, tokens: list[str], options: AddOptions | None = None) -> Plan:
+def plan_add(src: str | os.PathLike, tokens: list[str], options: AddOptions | None = None, *,
+             revision: str | None = None, token: str | None = None) -> Plan:
     """Open the checkpoint and tokenizer and decide every change; reads headers only.
+
+    `src` is a checkpoint directory, or a Hub repo id (`org/name`, at `revision`) whose safetensors
+    checkpoint is downloaded into the Hub cache first; a local directory wins over a repo id.
 
     Raises:
         InputError: for anything about the input that cannot be used, before any byte is written.
     """
     options = options or AddOptions()
+    source = resolve_checkpoint(src, revision=revision, token=token)
+    src = source.path
     for s in {options.init, options.init_input, options.init_output} - {None}:
         get_strategy(s)
     if options.pad_to_multiple_of is not None and options.pad_to_multiple_of < 1:
@@ -197,7 +209,8 @@ def plan_add(src: str | os.PathLike, tokens: list[str], options: AddOptions | No
     vocab_files = {ckpt.tensors[n].file for n in layout.all_tensors}
     rewrite = [f for f in ckpt.shards if f in vocab_files] if tplan.new else []
     copy = [f for f in ckpt.shards if f not in rewrite]
-    return Plan(Path(src), ckpt, layout, editor, tplan, options, layout.rows, rows_after, rewrite, copy, dropped)
+    return Plan(Path(src), ckpt, layout, editor, tplan, options, layout.rows, rows_after, rewrite, copy, dropped,
+                source)
 
 
 def _refuse_remote_code(src: Path) -> None:
@@ -293,6 +306,7 @@ def apply(plan: Plan, out: str | os.PathLike, progress: Callable[[int], None] | 
                 write_rows(stage / f, layout, {n: g for n, g in grown.items() if ckpt.tensors[n].file == f}, progress)
             _write_metadata_files(plan, stage, grown)
             _copy_other_files(plan, stage)
+            write_model_card(stage, {**plan.to_dict(), "tool": f"vocabsurgeon {__version__}"})
             _verify(plan, stage, grown)
     except OSError as e:
         where = f" ({e.filename})" if e.filename else ""
@@ -453,15 +467,20 @@ def add_tokens(
     tokens: list[str],
     *,
     progress: Callable[[int], None] | None = None,
+    revision: str | None = None,
+    token: str | None = None,
     **options,
 ) -> AddResult:
     """Add `tokens` to the checkpoint at `src` and write the result to `out`.
 
     Args:
-        src: a Hugging Face checkpoint directory (config.json, safetensors, tokenizer.json).
+        src: a Hugging Face checkpoint directory (config.json, safetensors, tokenizer.json), or a Hub
+            repo id (`org/name`) whose safetensors checkpoint is downloaded into the Hub cache.
         out: the output directory; created atomically, must not exist or be empty (or force=True).
         tokens: the new tokens, e.g. from `read_tokens_file`.
         progress: called with the number of bytes written, as they are written.
+        revision, token: the Hub revision and token when `src` is a repo id (token None: HF_TOKEN or
+            the stored login).
         **options: fields of `AddOptions` (init_input, init_output, seed, eps, special, link, force,
             device, embedding_key, lm_head_key, pad_to_multiple_of, init).
 
@@ -474,4 +493,4 @@ def add_tokens(
         >>> r.to_dict()["rows_after"] - r.to_dict()["rows_before"]  # doctest: +SKIP
         2
     """
-    return apply(plan_add(src, tokens, AddOptions(**options)), out, progress)
+    return apply(plan_add(src, tokens, AddOptions(**options), revision=revision, token=token), out, progress)

@@ -1,0 +1,205 @@
+"""The model card (README.md) of a vocabsurgeon output: what was done, to which model, and how it validated.
+
+The base card's YAML metadata (license, tags, language, ...) is kept and `base_model` is set when
+the base is a Hub repo (the Hub rejects a `base_model` that is not a repo id, so a local path is
+named in the text only). The body is written anew: base model and revision, the tokens (listed
+when few, else counted with the full list in `added_tokens.txt`), the init of every matrix, seed,
+eps, tool version, and the validation figures when validation ran.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+CARD_NAME = "README.md"
+TOKENS_LIST_NAME = "added_tokens.txt"
+MAX_LISTED = 40  # words listed in the card; more go to TOKENS_LIST_NAME
+TAG = "vocabsurgeon"
+
+
+def _words(summary: dict) -> list[dict]:
+    """One entry per new word: its forms and ids (a word may have a bare and a word-start form)."""
+    words: dict[str, dict] = {}
+    for a in summary.get("added", []):
+        w = words.setdefault(a["token"], {"token": a["token"], "forms": [], "ids": [], "mechanism": a["mechanism"]})
+        w["forms"].append(a["form"])
+        w["ids"].append(a["id"])
+    return list(words.values())
+
+
+def _md(text: str) -> str:
+    """Inline code that survives Markdown tables (pipes, backticks)."""
+    text = text.replace("|", "\\|")
+    tick = "``" if "`" in text else "`"
+    pad = " " if text.startswith("`") or text.endswith("`") or text != text.strip() else ""
+    return f"{tick}{pad}{text}{pad}{tick}"
+
+
+def _base_line(summary: dict) -> tuple[str, str | None]:
+    from huggingface_hub import constants
+
+    base = summary.get("base") or {}
+    repo, rev, commit = base.get("repo_id"), base.get("revision"), base.get("commit")
+    at = []
+    if rev:
+        at.append(f"revision `{rev}`")
+    if commit and commit != rev:
+        at.append(f"commit `{commit[:12]}`")
+    where = f" ({', '.join(at)})" if at else ""
+    if repo:
+        return f"[{repo}]({constants.ENDPOINT}/{repo}){where}", repo
+    return f"the local checkpoint `{summary.get('input')}`{where}", None
+
+
+def _validation_section(report: dict | None, plot_rel: str | None) -> list[str]:
+    if report is None:
+        return ["## Validation", "", "Not run (`--no-validate`). Run `vocabsurgeon validate BASE THIS` to check it.", ""]
+    kl, s, t, u = report["kl"], report["sampling"], report["tokenization"], report["usability"]
+    verdict = "**passed**" if report["passed"] else "**FAILED**: " + "; ".join(report["failures"])
+    lines = [
+        "## Validation", "",
+        f"Validation {verdict} (on {report['corpus']['positions']} positions of `{report['corpus']['name']}`, "
+        f"{report['device']}, {report['dtype']}).", "",
+        "| check | value | limit |", "|---|---|---|",
+        f"| KL(p_old ‖ p_new) mean | {kl['mean']:.3g} nats | {kl['limit_mean']:.3g} |",
+        f"| KL p99 | {kl['p99']:.3g} nats | {kl['limit_p99']:.3g} |",
+        f"| KL max | {kl['max']:.3g} nats | mean-init bound log(1 + k/n) = {kl['bound']:.3g} "
+        f"({'within' if kl['within_bound'] else 'above'}) |",
+        f"| old-vocabulary logits | {'unchanged' if report['old_logits']['unchanged'] else 'changed'} "
+        f"(max diff {report['old_logits']['max_abs_diff']:.3g}) | {report['old_logits']['tolerance']:.3g} |",
+        f"| new tokens sampled after plain prompts | {s['new_token_fraction']:.1%} | "
+        f"{s['limit_new_token_fraction']:.0%} |",
+        f"| prompts ending in a new token that repeat it | {s['stuck_fraction']:.0%} | {s['limit_stuck_fraction']:.0%} |",
+        f"| new words that are one token | {t['one_token_words']}/{t['new_words']} | all |",
+        f"| old paragraphs tokenized differently | {t['old_text_ids_changed']} | 0 |",
+        f"| decode round-trip failures | {t['round_trip_failures']} | 0 |",
+    ]
+    if u["applicable"]:
+        lines.append(f"| bits per byte on text with the new words | {u['bpb_new']:.3f} (original model: "
+                     f"{u['bpb_old']:.3f}) | reported |")
+    else:
+        lines.append("| bits per byte on text with the new words | not measured (no new words in the corpus) | |")
+    lines.append("")
+    if plot_rel:
+        lines += [f"![Histogram of per-position KL]({plot_rel})", ""]
+    from .validate import REPORT_NAME
+
+    lines += [f"The full report is in [`{REPORT_NAME}`]({REPORT_NAME}).", ""]
+    return lines
+
+
+def model_card(summary: dict, report: dict | None = None, *, base_card: str | None = None,
+               plot: str | None = None, tokens_file: str | None = None):
+    """Build the model card of an `add` output as a `huggingface_hub.ModelCard`.
+
+    Args:
+        summary: `AddResult.to_dict()` or `Plan.to_dict()` (with `tool`).
+        report: the validation report, when validation ran.
+        base_card: the text of the base model's README.md, whose metadata is kept.
+        plot: a path relative to the output of the KL histogram, embedded when given.
+        tokens_file: the name of the file listing every new token, when the list is too long.
+
+    Example:
+        >>> card = model_card({"added": [], "input": "ckpt", "tool": "vocabsurgeon 0.1.0"})
+        >>> "vocabsurgeon" in card.data.tags
+        True
+    """
+    from huggingface_hub import ModelCard, ModelCardData
+
+    meta: dict = {}
+    if base_card:
+        try:
+            meta = ModelCard(base_card, ignore_metadata_errors=True).data.to_dict()
+        except Exception as e:  # malformed YAML in a stranger's card: keep going without it
+            logger.warning("the base model card's metadata cannot be read (%s); it is not carried over", e)
+    base_text, repo = _base_line(summary)
+    if repo:
+        meta["base_model"] = repo
+    tags = meta.get("tags") or []
+    tags = [tags] if isinstance(tags, str) else list(tags)
+    meta["tags"] = tags + [TAG] if TAG not in tags else tags
+    data = ModelCardData(**meta)
+
+    words = _words(summary)
+    init = summary.get("init", {})
+    tied = summary.get("tied")
+    title = repo.split("/")[-1] if repo else Path(str(summary.get("input", "model"))).name
+    lines = [
+        f"# {title} + {len(words)} new word{'s' if len(words) != 1 else ''}", "",
+        f"This checkpoint is {base_text} with {len(words)} new word(s) added to its vocabulary by "
+        f"{summary.get('tool', 'vocabsurgeon')}. The old rows of every vocabulary "
+        "matrix are bit-identical to the base model's and every other tensor is byte-identical; text without the "
+        "new words tokenizes exactly as before.", "",
+        "## Surgery", "",
+        "| | |", "|---|---|",
+        f"| base model | {base_text} |",
+        f"| architecture | {summary.get('architecture')}, {'tied' if tied else 'untied'} embeddings, "
+        f"{summary.get('tokenizer_family')} tokenizer |",
+        f"| vocabulary rows | {summary.get('rows_before')} → {summary.get('rows_after')} "
+        f"({len(summary.get('added', []))} tokens, {summary.get('padding_rows', 0)} padding rows) |",
+        f"| init | input embedding: `{init.get('input')}`; output: `{init.get('output')}`; biases: "
+        f"`{init.get('bias', 'mean')}` |",
+        f"| seed | {summary.get('seed')} |",
+        f"| eps (mean-noise) | {init.get('eps')} |",
+        f"| mean-init KL bound log(1 + k/n) | {summary.get('kl_bound', 0.0):.3g} nats |",
+        f"| tool | {summary.get('tool', 'vocabsurgeon')} |", "",
+    ]
+    tensors = summary.get("tensors") or {}
+    if tensors:
+        lines += ["### Init per matrix", "", "| tensor | rows | init |", "|---|---|---|"]
+        lines += [f"| `{n}` | {t['rows_before']} → {t['rows_after']} | `{t['init']}` |" for n, t in tensors.items()]
+        lines.append("")
+    lines += ["### New tokens", ""]
+    if tokens_file:
+        lines += [f"{len(words)} words ({len(summary.get('added', []))} tokens); the full list is in "
+                  f"[`{tokens_file}`]({tokens_file}), one word per line.", ""]
+    elif words:
+        lines += ["| word | forms | ids | mechanism |", "|---|---|---|---|"]
+        lines += [f"| {_md(w['token'])} | {', '.join(_md(repr(f)) for f in w['forms'])} | "
+                  f"{', '.join(str(i) for i in w['ids'])} | {w['mechanism']} |" for w in words]
+        lines.append("")
+    else:
+        lines += ["None.", ""]
+    notes = summary.get("tokenizer_notes") or []
+    if notes:
+        lines += ["Notes:", ""] + [f"- {n}" for n in notes] + [""]
+    lines += _validation_section(report, plot)
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines))
+
+
+def write_model_card(out: str | os.PathLike, summary: dict, report: dict | None = None, *,
+                     plot: str | os.PathLike | None = None, base_card: str | None = None) -> Path:
+    """Write the model card README.md into the output directory `out`; returns its path.
+
+    The metadata of `base_card` (default: the README.md already in `out`, which `add` copies from
+    the base, or the card of an earlier call) is kept. Called again after validation, it rewrites
+    the card with the figures. When there are more than MAX_LISTED new words, `added_tokens.txt`
+    lists them all. The KL histogram `plot` is embedded when it lies inside `out`.
+
+    Example:
+        >>> from vocabsurgeon import add_tokens, validate_added, write_model_card  # doctest: +SKIP
+        >>> r = add_tokens("ckpt/", "out/", ["Frodo"])  # doctest: +SKIP
+        >>> write_model_card("out/", r.to_dict(), report=validate_added(r))  # doctest: +SKIP
+    """
+    out = Path(out)
+    card_path = out / CARD_NAME
+    if base_card is None and card_path.is_file():
+        base_card = card_path.read_text(encoding="utf-8", errors="replace")
+    words = _words(summary)
+    tokens_file = None
+    if len(words) > MAX_LISTED:
+        tokens_file = TOKENS_LIST_NAME
+        (out / tokens_file).write_text("".join(w["token"] + "\n" for w in words), encoding="utf-8")
+    plot_rel = None
+    if plot is not None:
+        try:
+            plot_rel = Path(plot).resolve().relative_to(out.resolve()).as_posix()
+        except ValueError:
+            logger.info("the plot %s is outside %s; it is not embedded in the model card", plot, out)
+    card = model_card(summary, report, base_card=base_card, plot=plot_rel, tokens_file=tokens_file)
+    card.save(card_path)
+    return card_path
