@@ -27,6 +27,7 @@ from builders import SPECIAL, bytelevel_tokenizer, save_checkpoint
 from vocabsurgeon.architectures import ARCHITECTURES, detect, text_config
 from vocabsurgeon.checkpoint import INDEX_NAME, Checkpoint
 from vocabsurgeon.cli import cli
+from vocabsurgeon.validate import REPORT_NAME
 
 WORDS = ["Frodo", "Gandalf"]
 TEXT_OLD = "The parser returns a list of strings, and the caller joins them with spaces."
@@ -320,6 +321,33 @@ def test_add_grows_every_vocabulary_tensor_and_keeps_the_model(family, built, tm
     assert torch.isfinite(_logits(new_m, fam.auto, y)).all()
 
 
+# What `add`'s validation can run depends on what the family's model computes.
+KIND_OF_AUTO = {T.AutoModelForCausalLM: "causal", T.AutoModelForImageTextToText: "causal",
+                T.AutoModelForSeq2SeqLM: "seq2seq", T.AutoModelForMaskedLM: "masked"}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_validation_in_add_runs_the_checks_that_apply_to_the_family(family, built, tmp_path):
+    src, out = built(family), tmp_path / "out"
+    summary = _add(src, out)
+    assert summary["validation"]["passed"] is True
+    report = json.loads((out / REPORT_NAME).read_text())
+    kind = KIND_OF_AUTO[FAMILIES[family].auto]
+    assert report["model"]["kind"] == kind
+    n, k = summary["rows_before"], summary["rows_after"] - summary["rows_before"]
+    kl = report["kl"]
+    assert kl["applicable"] and kl["positions"] > 0
+    assert 0 < kl["max"] <= math.log1p(k / n) * (1 + 1e-6) and kl["bound"] == pytest.approx(math.log1p(k / n))
+    assert report["old_logits"]["applicable"] and report["old_logits"]["unchanged"]
+    generates = kind != "masked"
+    assert report["sampling"]["applicable"] is generates and report["complete"] is generates
+    if generates:
+        assert report["sampling"]["tokens"] > 0
+    else:
+        assert report["skipped"] == [f"sampling and usability skipped: {report['model']['class']} is a masked "
+                                     "language model and does not generate text"]
+
+
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_new_words_are_one_token_with_the_family_tokenizer(family, built, tmp_path):
     src, out = built(family), tmp_path / "out"
@@ -378,6 +406,25 @@ def test_sentence_transformers_layout_is_carried_over_and_loads(tmp_path):
     torch.testing.assert_close(_hidden(out, TEXT_OLD), _hidden(src, TEXT_OLD), rtol=0, atol=1e-6)
     assert torch.isfinite(_hidden(out, TEXT_NEW)).all()
 
+    # No language-model head: validation compares the hidden states of old text instead of logits.
+    report = json.loads((out / REPORT_NAME).read_text())
+    assert report["passed"] and report["model"] == {"kind": "encoder", "class": "BertModel",
+                                             "missing_weights": ["pooler.dense.bias", "pooler.dense.weight"]}
+    assert report["old_logits"]["what"] == "hidden states" and report["old_logits"]["unchanged"]
+    assert not report["kl"]["applicable"] and not report["sampling"]["applicable"] and not report["complete"]
+    assert report["skipped"] == ["KL, sampling and usability skipped: BertModel has no language-model head; "
+                                 "checked that the hidden states of old text are unchanged instead"]
+
+    # An old row that moved is caught: the hidden states of old text change.
+    broken = Path(shutil.copytree(out, tmp_path / "broken"))
+    shard = broken / Checkpoint.open(broken).tensors["embeddings.word_embeddings.weight"].file
+    tensors = load_file(shard)
+    tensors["embeddings.word_embeddings.weight"][: summary["rows_before"]] += 0.5
+    save_file(tensors, shard, metadata={"format": "pt"})
+    r = CliRunner().invoke(cli, ["validate", "-q", "--json", str(src), str(broken)])
+    assert r.exit_code == 3, r.stderr
+    assert json.loads(r.stdout)["failures"][0].startswith("hidden states of old text changed by up to ")
+
 
 def test_sentence_transformers_loads_and_encodes_the_output(tmp_path):
     pytest.importorskip("sentence_transformers", reason="sentence-transformers is not installed")
@@ -435,6 +482,14 @@ def test_unknown_architecture_is_detected_from_the_shapes(built, tmp_path):
     assert set(summary["tensors"]) == {"model.embed_tokens.weight", "lm_head.weight"}
     b = Checkpoint.open(tmp_path / "out")
     assert b.tensors["lm_head.weight"].shape[0] == b.tensors["model.embed_tokens.weight"].shape[0] == summary["rows_after"]
+    # transformers cannot build 'mystery': the tokenizer checks run, the model checks are skipped and said so.
+    report = json.loads((tmp_path / "out" / REPORT_NAME).read_text())
+    assert report["passed"] and not report["complete"] and report["model"]["kind"] is None
+    assert report["tokenization"]["passed"] and not report["kl"]["applicable"]
+    [skipped] = report["skipped"]
+    assert skipped.startswith("model checks skipped (KL, old logits, sampling, usability): transformers cannot "
+                              "build this model (")
+    assert f"WARNING: {tmp_path / 'out'}: {skipped}\n" in r.stderr
 
 
 def test_known_family_with_other_names_falls_back_to_the_shapes(tmp_path):

@@ -20,7 +20,7 @@ import numpy as np
 from .architectures import detect, text_config
 from .checkpoint import Checkpoint
 from .validate import DEFAULT_MAX_TOKENS, context_length, corpus_windows, encode, load_tokenizer, loaded_model, \
-    logits_of, prefix_ids, read_corpus
+    model_kind, read_corpus
 
 logger = logging.getLogger(__name__)
 
@@ -80,12 +80,17 @@ def zero_init_risk(ckpt_dir: str | os.PathLike, corpus: str | os.PathLike | None
     text, name = read_corpus(corpus)
     tok = load_tokenizer(ckpt_dir)
     ids = encode(tok, text)
-    with loaded_model(ckpt_dir, device) as model:
-        seqs = corpus_windows(ids, prefix_ids(tok), context_length(model), max_tokens)
-        log_z = np.concatenate([logits_of(model, s).double().logsumexp(-1).numpy() for s in seqs])
+    kind = model_kind(ckpt_dir)
+    if not kind.has_logits:
+        return {"applicable": False, "reason": kind.reason, "corpus": name, "positions": 0, "log_z": None,
+                "zero_init_kl": None, "verdict": None, "explanation": f"not measured: {kind.reason}"}
+    with loaded_model(ckpt_dir, device, kind) as model:
+        seqs = corpus_windows(ids, model.prefix(tok), context_length(model), max_tokens)
+        log_z = np.concatenate([model.logits(s).double().logsumexp(-1).numpy() for s in seqs])
     kl = np.logaddexp(0.0, -log_z)  # log(1 + 1/Z), computed without overflow
     verdict, words = _verdict(float(kl.mean()), float(kl.max()))
     return {
+        "applicable": True,
         "corpus": name,
         "positions": int(log_z.size),
         "log_z": {"mean": float(log_z.mean()), "min": float(log_z.min()), "p1": float(np.quantile(log_z, 0.01)),
@@ -185,7 +190,9 @@ def describe(report: dict) -> list[str]:
             + (f", {m['zero_rows']} zero rows" if m["zero_rows"] else "")
         )
     z = r.get("zero_init_risk")
-    if z:
+    if z and not z["applicable"]:
+        lines.append(f"zero-init risk {z['explanation']}")
+    elif z:
         lines.append(
             f"log Z over {z['positions']} positions: mean {z['log_z']['mean']:.3g}, min {z['log_z']['min']:.3g}; "
             f"one zero-init token: KL mean {z['zero_init_kl']['mean']:.3g}, max {z['zero_init_kl']['max']:.3g} nats"

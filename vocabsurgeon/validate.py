@@ -29,7 +29,7 @@ import logging
 import math
 import os
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Callable, Iterator
@@ -170,9 +170,159 @@ def resolve_torch_device(device: str = "auto") -> str:
     return device
 
 
+# ---------------------------------------------------------------- what the model computes
+
+# The kinds of model the checks know, read from transformers' own auto mappings, never guessed
+# from names:
+#   causal   next-token logits: decoder-only LMs, and image-text models run on text alone
+#   seq2seq  decoder logits with the encoder fed one end-of-sequence token, so the decoder runs
+#            as a plain LM (an encoder input holding the text would let it copy)
+#   masked   logits at every position of the unmasked text (BERT's MLM head): KL, no sampling
+#   encoder  no language-model head (a sentence-transformers body): hidden states must not move
+_KIND_MAPPINGS = (
+    ("causal", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"),
+    ("seq2seq", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"),
+    ("causal", "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES"),
+    ("masked", "MODEL_FOR_MASKED_LM_MAPPING_NAMES"),
+    ("encoder", "MODEL_MAPPING_NAMES"),
+)
+
+
+@dataclass(frozen=True)
+class ModelKind:
+    """What a checkpoint's transformers class computes, which decides the checks that apply."""
+
+    kind: str | None  # causal, seq2seq, masked, encoder; None: transformers cannot build it
+    class_name: str | None
+    reason: str = ""  # why some checks cannot run
+
+    @property
+    def has_logits(self) -> bool:
+        return self.kind in ("causal", "seq2seq", "masked")
+
+    @property
+    def generates(self) -> bool:
+        return self.kind in ("causal", "seq2seq")
+
+
+def _class_names(mapping: dict) -> dict[str, tuple[str, ...]]:
+    return {mt: (v,) if isinstance(v, str) else tuple(v) for mt, v in mapping.items()}
+
+
+def model_kind(path: str | os.PathLike) -> ModelKind:
+    """The transformers class of a checkpoint and its kind, without loading weights or remote code.
+
+    The class is the first of config.json's `architectures` that transformers has; without one,
+    the first auto mapping (causal, seq2seq, image-text, masked, base) that knows the model type.
+    """
+    _quiet_transformers()
+    import transformers
+    from transformers import AutoConfig
+    from transformers.models.auto import modeling_auto
+
+    try:
+        cfg = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
+    except Exception as e:  # unknown model type, remote code only, broken config
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        return ModelKind(None, None, f"transformers cannot build this model ({first})")
+    table = [(kind, _class_names(getattr(modeling_auto, attr, {}))) for kind, attr in _KIND_MAPPINGS]
+    for arch in [a for a in (getattr(cfg, "architectures", None) or []) if hasattr(transformers, a)]:
+        for kind, names in table:
+            if any(arch in v for v in names.values()):
+                reason = "" if kind != "encoder" else f"{arch} has no language-model head"
+                return ModelKind(kind, arch, reason)
+    for kind, names in table:
+        for name in names.get(cfg.model_type, ()):
+            if hasattr(transformers, name):
+                reason = "" if kind != "encoder" else f"{name} has no language-model head"
+                return ModelKind(kind, name, reason)
+    return ModelKind(None, None, f"transformers has no model class for model type {cfg.model_type!r}")
+
+
+class LoadedModel:
+    """A model loaded for evaluation, with the forward passes the checks need for its kind."""
+
+    def __init__(self, model, kind: ModelKind, missing: list[str] | None = None):
+        self.model, self.kind = model, kind
+        self.missing = missing or []  # weights the checkpoint lacks (randomly initialized)
+        cfg = model.config
+        eos = getattr(cfg, "eos_token_id", None)
+        eos = eos[0] if isinstance(eos, list) else eos
+        self._encoder_ids = [eos if eos is not None else (getattr(cfg, "pad_token_id", None) or 0)]
+
+    @property
+    def device(self):
+        return self.model.get_input_embeddings().weight.device
+
+    @property
+    def dtype(self) -> str:
+        return str(self.model.dtype).replace("torch.", "")
+
+    def prefix(self, tok) -> list[int]:
+        """What each evaluated sequence starts with: the decoder start token (seq2seq), the BOS
+        token, the CLS token (masked LMs), else the encoding of a newline."""
+        if self.kind.kind == "seq2seq":
+            start = getattr(self.model.config, "decoder_start_token_id", None)
+            if start is not None:
+                return [start]
+        for attr in ("bos_token_id", "cls_token_id"):
+            t = getattr(tok, attr, None)
+            if t is not None:
+                return [t]
+        return encode(tok, "\n")
+
+    def _forward(self, x, **kwargs):
+        import torch
+
+        if self.kind.kind == "seq2seq":
+            enc = torch.tensor([self._encoder_ids], device=x.device)
+            return self.model(input_ids=enc, attention_mask=torch.ones_like(enc), decoder_input_ids=x, **kwargs)
+        return self.model(input_ids=x, attention_mask=torch.ones_like(x), **kwargs)
+
+    def logits(self, ids: list[int]):
+        """Float32 logits (len(ids), vocab) of one sequence, on the CPU."""
+        import torch
+
+        x = torch.tensor([ids], device=self.device)
+        extra = {"use_cache": False} if self.kind.generates else {}
+        with torch.inference_mode():
+            return self._forward(x, **extra).logits[0].float().cpu()
+
+    def hidden(self, ids: list[int]):
+        """Float32 last hidden states (len(ids), hidden) of one sequence, on the CPU (encoders)."""
+        import torch
+
+        x = torch.tensor([ids], device=self.device)
+        with torch.inference_mode():
+            return self._forward(x).last_hidden_state[0].float().cpu()
+
+    def sample(self, prompt: list[int], steps: int, gen) -> list[int]:
+        """Seeded ancestral sampling from the full softmax (temperature 1, no top-k)."""
+        import torch
+
+        out: list[int] = []
+        with torch.inference_mode():
+            if self.kind.kind == "seq2seq":  # a few short steps: no cache needed
+                for _ in range(steps):
+                    probs = self.logits(prompt + out)[-1].double().softmax(-1)
+                    out.append(int(torch.multinomial(probs, 1, generator=gen)))
+                return out
+            past, x, seen = None, torch.tensor([prompt], device=self.device), len(prompt)
+            for _ in range(steps):
+                mask = torch.ones((1, seen), dtype=torch.long, device=self.device)
+                r = self.model(input_ids=x, attention_mask=mask, past_key_values=past, use_cache=True)
+                past = r.past_key_values
+                probs = r.logits[0, -1].double().softmax(-1).cpu()
+                nxt = int(torch.multinomial(probs, 1, generator=gen))
+                out.append(nxt)
+                x = torch.tensor([[nxt]], device=self.device)
+                seen += 1
+        return out
+
+
 @contextlib.contextmanager
-def loaded_model(path: str | os.PathLike, device: str = "auto") -> Iterator:
-    """Load a causal LM for evaluation, yield it, then free its memory.
+def loaded_model(path: str | os.PathLike, device: str = "auto", kind: ModelKind | None = None) -> Iterator[LoadedModel]:
+    """Load a checkpoint for evaluation with its own transformers class, yield it, then free its memory.
 
     On a GPU the checkpoint's own dtype is kept and accelerate's `device_map="auto"` spreads the
     model over the GPUs, RAM and disk; on the CPU it runs in float32 (fast and exact there), still
@@ -180,32 +330,41 @@ def loaded_model(path: str | os.PathLike, device: str = "auto") -> Iterator:
     offloaded to disk. `trust_remote_code` is never used.
 
     Raises:
-        InputError: transformers cannot load the checkpoint as a causal LM.
+        InputError: transformers cannot build the checkpoint, or leaves some of its weights
+            uninitialized (its outputs would be random).
     """
     _quiet_transformers()
     import importlib.util
 
     import torch
-    from transformers import AutoModelForCausalLM
+    import transformers
 
+    kind = kind or model_kind(path)
+    if kind.kind is None:
+        raise InputError(f"{path}: {kind.reason}; validation needs a model class known to transformers "
+                         "(remote code is never run). Pass --no-validate to skip the checks")
+    cls = getattr(transformers, kind.class_name)
     dev = resolve_torch_device(device)
     kwargs: dict = {"trust_remote_code": False, "dtype": "auto" if dev.startswith("cuda") else torch.float32}
     with tempfile.TemporaryDirectory(prefix="vocabsurgeon-offload-") as offload:
         if importlib.util.find_spec("accelerate") is not None:
             kwargs.update(device_map="auto" if device == "auto" else dev, offload_folder=offload)
         try:
-            model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
-        except Exception as e:  # unknown model type, missing weights, out of memory...
+            model, info = cls.from_pretrained(str(path), output_loading_info=True, **kwargs)
+        except Exception as e:  # missing weights, out of memory...
             raise InputError(
-                f"{path}: transformers cannot load it as a causal language model ({type(e).__name__}: {e}); "
-                "validation needs a model class known to transformers (remote code is never run). "
+                f"{path}: transformers cannot load it as {kind.class_name} ({type(e).__name__}: {e}); "
                 "Pass --no-validate to skip the checks"
             ) from None
+        missing = sorted(info.get("missing_keys") or [])
+        if missing:  # e.g. a sentence-transformers body without BERT's pooler: harmless for what is compared
+            logger.warning("%s: the checkpoint does not hold %d weight(s) of %s (e.g. %s); transformers "
+                           "initializes them at random", path, len(missing), kind.class_name, missing[0])
         if "device_map" not in kwargs and dev != "cpu":
             model = model.to(dev)
         model.eval()
         try:
-            yield model
+            yield LoadedModel(model, kind, missing)
         finally:
             del model
             if torch.cuda.is_available():  # hand the GPU memory back before the next model loads
@@ -213,9 +372,10 @@ def loaded_model(path: str | os.PathLike, device: str = "auto") -> Iterator:
                 torch.cuda.empty_cache()
 
 
-def context_length(model) -> int:
+def context_length(model: LoadedModel) -> int:
     """Tokens per forward pass: the model's context length, capped at MAX_WINDOW."""
-    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    config = model.model.config
+    cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
     n = None
     for key in ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length"):
         n = getattr(cfg, key, None)
@@ -224,28 +384,9 @@ def context_length(model) -> int:
     return min(MAX_WINDOW, n) if isinstance(n, int) and n > 0 else MAX_WINDOW
 
 
-def _input_device(model):
-    return model.get_input_embeddings().weight.device
-
-
-def logits_of(model, ids: list[int]):
-    """Float32 logits (len(ids), vocab) of one sequence, on the CPU."""
-    import torch
-
-    x = torch.tensor([ids], device=_input_device(model))
-    with torch.inference_mode():
-        return model(input_ids=x, attention_mask=torch.ones_like(x), use_cache=False).logits[0].float().cpu()
-
-
 def encode(tok, text: str) -> list[int]:
     """Ids of `text` without special tokens (and without the long-sequence warning)."""
     return list(tok(text, add_special_tokens=False, verbose=False).input_ids)
-
-
-def prefix_ids(tok) -> list[int]:
-    """What each evaluated sequence starts with: the BOS token, else the encoding of a newline."""
-    bos = getattr(tok, "bos_token_id", None)
-    return [bos] if bos is not None else encode(tok, "\n")
 
 
 def corpus_windows(ids: list[int], prefix: list[int], length: int, max_tokens: int) -> list[list[int]]:
@@ -290,6 +431,8 @@ def tokenization_check(old_tok, new_tok, text: str, n_old: int, new_ids: list[in
         if new_tok.decode(b) != old_tok.decode(a):
             round_trip.append(i)
     special = set(getattr(new_tok, "all_special_ids", []) or [])
+    # Added special tokens (--special) are not in all_special_ids in transformers 5; they stand alone.
+    special |= {i for i, t in (getattr(new_tok, "added_tokens_decoder", None) or {}).items() if t.special}
     words, not_one = {}, []
     for t in new_ids:
         form = new_tok.decode([t])
@@ -313,7 +456,7 @@ def tokenization_check(old_tok, new_tok, text: str, n_old: int, new_ids: list[in
     }
 
 
-def _bits(model, seqs: list[list[int]], start: int, n_old: int | None = None) -> tuple[float, float, int]:
+def _bits(model: LoadedModel, seqs: list[list[int]], start: int, n_old: int | None = None) -> tuple[float, float, int]:
     """Total bits of predicting each token after position `start` of each sequence; also the
     bits and count of those that are new tokens (id >= n_old)."""
     import torch
@@ -321,7 +464,7 @@ def _bits(model, seqs: list[list[int]], start: int, n_old: int | None = None) ->
     total = new_bits = 0.0
     new_count = 0
     for s in seqs:
-        lp = logits_of(model, s).double().log_softmax(-1)  # (T, vocab)
+        lp = model.logits(s).double().log_softmax(-1)  # (T, vocab)
         nxt = np.asarray(s[start:])
         rows = torch.arange(start - 1, len(s) - 1)
         bits = -lp[rows, torch.as_tensor(nxt)].numpy() / math.log(2)  # (T - start,)
@@ -343,33 +486,6 @@ def _usability_texts(text: str, new_tok, n_old: int, max_tokens: int) -> list[st
     return out
 
 
-def _split(ids: list[int], prefix: list[int], length: int) -> list[list[int]]:
-    step = max(1, length - len(prefix))
-    return [prefix + ids[i:i + step] for i in range(0, len(ids), step)]
-
-
-def _sample(model, prompt: list[int], steps: int, gen) -> list[int]:
-    """Seeded ancestral sampling from the full softmax (temperature 1, no top-k), with a KV cache."""
-    import torch
-
-    dev = _input_device(model)
-    out: list[int] = []
-    past = None
-    x = torch.tensor([prompt], device=dev)
-    seen = len(prompt)
-    with torch.inference_mode():
-        for _ in range(steps):
-            mask = torch.ones((1, seen), dtype=torch.long, device=dev)
-            r = model(input_ids=x, attention_mask=mask, past_key_values=past, use_cache=True)
-            past = r.past_key_values
-            probs = r.logits[0, -1].double().softmax(-1).cpu()
-            nxt = int(torch.multinomial(probs, 1, generator=gen))
-            out.append(nxt)
-            x = torch.tensor([[nxt]], device=dev)
-            seen += 1
-    return out
-
-
 def _longest_new_run(ids: list[int], n_old: int) -> int:
     best = run = 0
     prev = None
@@ -380,20 +496,20 @@ def _longest_new_run(ids: list[int], n_old: int) -> int:
     return best
 
 
-def sampling_check(model, old_tok, n_old: int, new_ids: list[int], seed: int, window: int,
+def sampling_check(model: LoadedModel, old_tok, n_old: int, new_ids: list[int], seed: int, window: int,
                    max_prompts: int = 4) -> dict:
     """Seeded samples: the fraction of new tokens after plain prompts, and how often a prompt ending
     in a new token makes the model repeat it."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
-    prefix = prefix_ids(old_tok)
+    prefix = model.prefix(old_tok)
     plain_total = plain_new = 0
     plain_examples = []
     for p in PLAIN_PROMPTS:
         ids = prefix + encode(old_tok, p)
         steps = max(0, min(SAMPLE_STEPS, window - len(ids)))
-        got = _sample(model, ids, steps, gen)
+        got = model.sample(ids, steps, gen)
         plain_total += len(got)
         plain_new += sum(t >= n_old for t in got)
         plain_examples.append(got)
@@ -404,9 +520,9 @@ def sampling_check(model, old_tok, n_old: int, new_ids: list[int], seed: int, wi
     for j, t in enumerate(picks):
         ids = prefix + encode(old_tok, NEW_WORD_PREFIXES[j % len(NEW_WORD_PREFIXES)]) + [t]
         steps = max(0, min(SAMPLE_STEPS, window - len(ids)))
-        lg = logits_of(model, ids).double()
+        lg = model.logits(ids).double()
         self_probs.append(float(lg[-1].softmax(-1)[t]))
-        got = _sample(model, ids, steps, gen)
+        got = model.sample(ids, steps, gen)
         seq = [t] + got
         if _longest_new_run(seq, n_old) >= STUCK_RUN:
             stuck += 1
@@ -415,6 +531,7 @@ def sampling_check(model, old_tok, n_old: int, new_ids: list[int], seed: int, wi
                 follow += 1
                 repeat += a == b
     return {
+        "applicable": True,
         "seed": seed,
         "prompts": len(PLAIN_PROMPTS),
         "tokens": plain_total,
@@ -508,54 +625,40 @@ def validate_checkpoint(
     new_token_ids = [i for i in new_token_ids if n <= i < rows_new]
     tokenization = tokenization_check(old_tok, new_tok, text, n, new_token_ids)
     corpus_ids = encode(old_tok, text)
-    prefix = prefix_ids(old_tok)
     usable = _usability_texts(text, new_tok, n, max_tokens)
-
-    say(f"original model ({base})")
-    with loaded_model(base, device) as model:
-        window = context_length(model)
-        seqs = corpus_windows(corpus_ids, prefix, window, max_tokens)
-        old_logits = [logits_of(model, s) for s in seqs]
-        dtype = str(model.dtype).replace("torch.", "")
-        where = str(_input_device(model))
-        if old_logits and old_logits[0].shape[-1] != n:
-            raise InputError(f"{base}: the model has {old_logits[0].shape[-1]} output rows but config says {n}")
-        old_bits = _bits(model, [s for p in usable for s in _split(encode(old_tok, p), prefix, window)], len(prefix))
-
-    say(f"expanded model ({new})")
-    with loaded_model(new, device) as model:
-        kls, max_diff, max_logit = [], 0.0, 0.0
-        for s, lo in zip(seqs, old_logits):
-            ln = logits_of(model, s)
-            if ln.shape[-1] != rows_new:
-                raise InputError(f"{new}: the model has {ln.shape[-1]} output rows but config says {rows_new}")
-            kls.append(kl_per_position(lo, ln))
-            max_diff = max(max_diff, float((ln[:, :n] - lo).abs().max()))
-            max_logit = max(max_logit, float(lo.abs().max()))
-        say("sampling")
-        sampling = sampling_check(model, old_tok, n, new_token_ids, seed, window)
-        new_bits = _bits(model, [s for p in usable for s in _split(encode(new_tok, p), prefix, window)],
-                         len(prefix), n)
-    del old_logits
-
-    kl = np.concatenate(kls) if kls else np.zeros(0)
+    kind = model_kind(base)
     bound = kl_bound(k, n)
+    m = _ModelFigures()
+    if kind.kind is not None:
+        m = _run_models(base, new, kind, device, old_tok, new_tok, corpus_ids, usable, n, rows_new,
+                        new_token_ids, seed, max_tokens, say)
+    skipped = _skipped(kind)
+    for what in skipped:
+        logger.warning("%s: %s", new, what)
+
+    kl = m.kl
     lim_mean, lim_p99 = max(th.max_kl_mean, bound), max(th.max_kl_p99, bound)
     tol_rel = th.old_logits_tolerance
     if tol_rel is None:
-        tol_rel = 1e-2 if dtype in ("bfloat16", "float16") else 1e-4
-    tol = tol_rel * max(1.0, max_logit)
+        tol_rel = 1e-2 if m.dtype in ("bfloat16", "float16") else 1e-4
+    tol = tol_rel * max(1.0, m.max_out)
+    na = {"applicable": False, "reason": kind.reason}
     report = {
         "passed": False,
         "failures": [],
+        "complete": not skipped,
+        "skipped": skipped,
         "base": str(base),
         "new": str(new),
+        "model": {"kind": kind.kind, "class": kind.class_name, "missing_weights": m.missing},
         "corpus": {"name": corpus_name, "bytes": len(text.encode("utf-8")), "tokens": len(corpus_ids),
-                   "positions": int(kl.size)},
-        "device": where,
-        "dtype": dtype,
+                   "positions": int(kl.size) if kl is not None else 0},
+        "device": m.device,
+        "dtype": m.dtype,
         "vocab": {"old_rows": n, "new_rows": rows_new, "k": k, "new_tokens": len(new_token_ids)},
-        "kl": {
+        "kl": {**na, "mean": None, "p99": None, "max": None, "bound": bound, "within_bound": None, "positions": 0,
+               "limit_mean": lim_mean, "limit_p99": lim_p99} if kl is None else {
+            "applicable": True,
             "mean": float(kl.mean()) if kl.size else 0.0,
             "p99": float(np.quantile(kl, 0.99)) if kl.size else 0.0,
             "max": float(kl.max()) if kl.size else 0.0,
@@ -565,20 +668,96 @@ def validate_checkpoint(
             "limit_mean": lim_mean,
             "limit_p99": lim_p99,
         },
-        "old_logits": {"unchanged": max_diff <= tol, "max_abs_diff": max_diff, "tolerance": tol},
-        "sampling": {**sampling, "limit_new_token_fraction": th.max_new_token_fraction,
+        "old_logits": {**na, "what": None, "unchanged": None, "max_abs_diff": None, "tolerance": None}
+        if m.what is None else {"applicable": True, "what": m.what, "unchanged": m.max_diff <= tol,
+                                "max_abs_diff": m.max_diff, "tolerance": tol},
+        "sampling": {**(m.sampling or {**na, "new_token_fraction": None, "stuck_fraction": None}),
+                     "limit_new_token_fraction": th.max_new_token_fraction,
                      "limit_stuck_fraction": th.max_stuck_fraction},
         "tokenization": tokenization,
-        "usability": _usability_report(usable, old_bits, new_bits),
+        "usability": _usability_report(usable, m.old_bits, m.new_bits) if m.sampling else {
+            **na, "paragraphs": 0, "bytes": 0, "bpb_old": None, "bpb_new": None, "new_tokens_seen": 0,
+            "new_token_bits_mean": None},
         "thresholds": asdict(th),
     }
     report["failures"] = _failures(report)
     report["passed"] = not report["failures"]
-    if plot is not None:
+    if plot is not None and kl is not None:
         write_kl_plot(kl, bound, plot, title=f"{new.name}: KL per position ({kl.size} positions)")
         report["plot"] = str(plot)
     logger.info("validation of %s: %s", new, "passed" if report["passed"] else "; ".join(report["failures"]))
     return report
+
+
+def _skipped(kind: ModelKind) -> list[str]:
+    """The checks that cannot run for this kind of model, each with the reason."""
+    why = kind.reason
+    if kind.kind is None:
+        return [f"model checks skipped (KL, old logits, sampling, usability): {why}"]
+    if kind.kind == "encoder":
+        return [f"KL, sampling and usability skipped: {why}; checked that the hidden states of old text "
+                "are unchanged instead"]
+    if kind.kind == "masked":
+        return [f"sampling and usability skipped: {kind.class_name} is a masked language model and does not "
+                "generate text"]
+    return []
+
+
+@dataclass
+class _ModelFigures:
+    """What running the two models measured; None where the kind of model does not allow it."""
+
+    kl: np.ndarray | None = None  # KL(p_old || p_new) per position
+    what: str | None = None  # "logits" or "hidden states": the old outputs that must not move
+    max_diff: float = 0.0  # max |new - old| of those outputs
+    max_out: float = 0.0  # max |old output|, the scale of the tolerance
+    sampling: dict | None = None
+    old_bits: tuple = (0.0, 0.0, 0)
+    new_bits: tuple = (0.0, 0.0, 0)
+    dtype: str | None = None
+    device: str | None = None
+    missing: list[str] = field(default_factory=list)  # weights the checkpoint lacks, random in both loads
+
+
+def _run_models(base: Path, new: Path, kind: ModelKind, device: str, old_tok, new_tok, corpus_ids: list[int],
+                usable: list[str], n: int, rows_new: int, new_token_ids: list[int], seed: int, max_tokens: int,
+                say) -> _ModelFigures:
+    """Run the original model, then the expanded one, on the same inputs; compare what applies to `kind`."""
+    m = _ModelFigures(what="logits" if kind.has_logits else "hidden states")
+    say(f"original model ({base})")
+    with loaded_model(base, device, kind) as model:
+        prefix, window = model.prefix(old_tok), context_length(model)
+        seqs = corpus_windows(corpus_ids, prefix, window, max_tokens)
+        forward = model.logits if kind.has_logits else model.hidden
+        old_out = [forward(s) for s in seqs]  # (T, n) logits or (T, hidden) states per window
+        m.dtype, m.device, m.missing = model.dtype, str(model.device), model.missing
+        if kind.has_logits and old_out and old_out[0].shape[-1] != n:
+            raise InputError(f"{base}: the model has {old_out[0].shape[-1]} output rows but config says {n}")
+        if kind.generates:
+            m.old_bits = _bits(model, [w for p in usable for w in corpus_windows(
+                encode(old_tok, p), prefix, window, 1 << 62)], len(prefix))
+
+    say(f"expanded model ({new})")
+    with loaded_model(new, device, kind) as model:
+        forward = model.logits if kind.has_logits else model.hidden
+        kls = []
+        for s, lo in zip(seqs, old_out):
+            ln = forward(s)
+            if kind.has_logits:
+                if ln.shape[-1] != rows_new:
+                    raise InputError(f"{new}: the model has {ln.shape[-1]} output rows but config says {rows_new}")
+                kls.append(kl_per_position(lo, ln))
+                ln = ln[:, :n]
+            m.max_diff = max(m.max_diff, float((ln - lo).abs().max()))
+            m.max_out = max(m.max_out, float(lo.abs().max()))
+        if kind.has_logits:
+            m.kl = np.concatenate(kls) if kls else np.zeros(0)
+        if kind.generates:
+            say("sampling")
+            m.sampling = sampling_check(model, old_tok, n, new_token_ids, seed, window)
+            m.new_bits = _bits(model, [w for p in usable for w in corpus_windows(
+                encode(new_tok, p), prefix, window, 1 << 62)], len(prefix), n)
+    return m
 
 
 def _usability_report(usable: list[str], old_bits: tuple, new_bits: tuple) -> dict:
@@ -600,18 +779,21 @@ def _usability_report(usable: list[str], old_bits: tuple, new_bits: tuple) -> di
 
 def _failures(r: dict) -> list[str]:
     out = []
-    kl, s = r["kl"], r["sampling"]
-    if kl["mean"] > kl["limit_mean"]:
+    kl, s, o = r["kl"], r["sampling"], r["old_logits"]
+    if kl["applicable"] and kl["mean"] > kl["limit_mean"]:
         out.append(f"mean KL {kl['mean']:.4g} nats is over the limit {kl['limit_mean']:.4g} (--max-kl-mean)")
-    if kl["p99"] > kl["limit_p99"]:
+    if kl["applicable"] and kl["p99"] > kl["limit_p99"]:
         out.append(f"p99 KL {kl['p99']:.4g} nats is over the limit {kl['limit_p99']:.4g} (--max-kl-p99)")
-    if not r["old_logits"]["unchanged"]:
-        out.append(f"old-vocabulary logits changed by up to {r['old_logits']['max_abs_diff']:.4g} "
-                   f"(tolerance {r['old_logits']['tolerance']:.3g})")
-    if s["new_token_fraction"] > s["limit_new_token_fraction"]:
+    if o["applicable"] and not o["unchanged"]:
+        what = "old-vocabulary logits" if o["what"] == "logits" else "hidden states of old text"
+        out.append(f"{what} changed by up to {o['max_abs_diff']:.4g} (tolerance {o['tolerance']:.3g})"
+                   + (f"; the checkpoint lacks {len(r['model']['missing_weights'])} weight(s) that transformers "
+                      f"initializes at random, e.g. {r['model']['missing_weights'][0]!r}"
+                      if r["model"]["missing_weights"] else ""))
+    if s["applicable"] and s["new_token_fraction"] > s["limit_new_token_fraction"]:
         out.append(f"{s['new_token_fraction']:.0%} of tokens sampled after prompts without new words are new "
                    f"tokens (limit {s['limit_new_token_fraction']:.0%}, --max-new-token-fraction)")
-    if s["stuck_fraction"] > s["limit_stuck_fraction"]:
+    if s["applicable"] and s["stuck_fraction"] > s["limit_stuck_fraction"]:
         out.append(f"the model repeats a new token after {s['stuck_fraction']:.0%} of prompts ending in one "
                    f"(limit {s['limit_stuck_fraction']:.0%}, --max-stuck-fraction)")
     t = r["tokenization"]
@@ -626,22 +808,25 @@ def _failures(r: dict) -> list[str]:
 
 def summary_lines(report: dict) -> list[str]:
     """The report in a few human-readable lines (what the CLI prints on stderr)."""
-    kl, s, t, u = report["kl"], report["sampling"], report["tokenization"], report["usability"]
-    lines = [
-        f"KL(p_old || p_new) over {kl['positions']} positions: mean {kl['mean']:.3g}, p99 {kl['p99']:.3g}, "
-        f"max {kl['max']:.3g} nats (mean-init bound {kl['bound']:.3g})",
-        f"old-vocabulary logits {'unchanged' if report['old_logits']['unchanged'] else 'CHANGED'} "
-        f"(max diff {report['old_logits']['max_abs_diff']:.3g})",
-        f"sampling: {s['new_token_fraction']:.1%} new tokens after plain prompts; stuck on a new token after "
-        f"{s['stuck_fraction']:.0%} of {s['new_word_prompts']} prompts",
-        f"tokenization: {t['one_token_words']}/{t['new_words']} new words one token, "
-        f"{t['old_text_ids_changed']} old paragraphs changed, {t['round_trip_failures']} round-trip failures",
-    ]
+    kl, s, t, u, o = (report[key] for key in ("kl", "sampling", "tokenization", "usability", "old_logits"))
+    lines = []
+    if kl["applicable"]:
+        lines.append(f"KL(p_old || p_new) over {kl['positions']} positions: mean {kl['mean']:.3g}, "
+                     f"p99 {kl['p99']:.3g}, max {kl['max']:.3g} nats (mean-init bound {kl['bound']:.3g})")
+    if o["applicable"]:
+        what = "old-vocabulary logits" if o["what"] == "logits" else "hidden states of old text"
+        lines.append(f"{what} {'unchanged' if o['unchanged'] else 'CHANGED'} (max diff {o['max_abs_diff']:.3g})")
+    if s["applicable"]:
+        lines.append(f"sampling: {s['new_token_fraction']:.1%} new tokens after plain prompts; stuck on a new "
+                     f"token after {s['stuck_fraction']:.0%} of {s['new_word_prompts']} prompts")
+    lines.append(f"tokenization: {t['one_token_words']}/{t['new_words']} new words one token, "
+                 f"{t['old_text_ids_changed']} old paragraphs changed, {t['round_trip_failures']} round-trip failures")
     if u["applicable"]:
         lines.append(f"usability on {u['bytes']} bytes with new words: {u['bpb_new']:.3f} bits/byte "
                      f"(original: {u['bpb_old']:.3f}); new tokens cost {u['new_token_bits_mean'] or 0:.2f} bits each")
-    else:
+    elif s["applicable"]:
         lines.append("usability: not measured (the corpus has none of the new words)")
+    lines += [f"WARNING: {w}" for w in report.get("skipped", [])]
     lines.append("PASSED" if report["passed"] else "FAILED: " + "; ".join(report["failures"]))
     return lines
 
