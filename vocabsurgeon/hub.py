@@ -248,8 +248,7 @@ def checkpoint_files(out: str | os.PathLike) -> tuple[list[str], list[str]]:
         if p.is_dir():
             continue
         posix = rel.as_posix()
-        bad_part = any(part.startswith(".") or part == "__pycache__" for part in rel.parts)
-        if bad_part or p.name.endswith(_NEVER_SUFFIXES) or not p.is_file():
+        if _is_junk(posix) or not p.is_file():
             skipped.append(posix)
         elif p.name.endswith(".safetensors"):
             (files if posix in ckpt.shards else skipped).append(posix)
@@ -259,6 +258,12 @@ def checkpoint_files(out: str | os.PathLike) -> tuple[list[str], list[str]]:
             skipped.append(posix)
     files.sort(key=lambda f: (f.endswith(".safetensors"), f))
     return files, skipped
+
+
+def _is_junk(posix: str) -> bool:
+    """Temp files, locks, caches and pickles: never part of a checkpoint, left out without a warning."""
+    parts = posix.split("/")
+    return any(part.startswith(".") or part == "__pycache__" for part in parts) or parts[-1].endswith(_NEVER_SUFFIXES)
 
 
 def _stale_remote(remote: list[str], ours: list[str]) -> list[str]:
@@ -319,8 +324,10 @@ def push(
         raise InputError(f"{repo_id!r}: not a Hub repo id; pass it as org/name, e.g. me/gpt2-lotr")
     out = Path(out)
     files, skipped = checkpoint_files(out)
-    if skipped:
-        logger.warning("not uploaded (not part of the checkpoint): %s", ", ".join(skipped))
+    unknown = [f for f in skipped if not _is_junk(f)]
+    if unknown:
+        logger.warning("not uploaded (not a kind of file a checkpoint holds): %s", ", ".join(unknown))
+    logger.info("not uploaded: %s", ", ".join(skipped) or "nothing")
     message = message or f"Upload {out.resolve().name} with vocabsurgeon {__version__}"
     branch = revision or constants.DEFAULT_REVISION
     api = HfApi(endpoint=constants.ENDPOINT, token=token)
