@@ -186,3 +186,29 @@ def test_default_add_does_not_import_torch_or_transformers(gpt2_ckpt, tmp_path):
                         str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_every_command_has_json_quiet_and_an_example_of_itself():
+    for name, cmd in cli.commands.items():
+        opts = {o for p in cmd.params for o in getattr(p, "opts", [])}
+        assert {"--json", "-q", "--quiet"} <= opts, f"`vocabsurgeon {name}` lacks --json or --quiet"
+        examples = cmd.help.split("Examples:")[-1]
+        assert f"vocabsurgeon {name} " in examples, f"`vocabsurgeon {name} --help` has no example of itself"
+
+
+def test_readme_exit_code_table_matches_errors_py():
+    import re
+    from pathlib import Path
+
+    import vocabsurgeon.errors as errors
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Exit codes", 1)[1].split("\n#", 1)[0]
+    table = {int(c): m.strip() for c, m in re.findall(r"^\| (\d+) \| (.+) \|$", section, re.M)}
+    documented = {int(c): m.strip() for c, m in re.findall(r"^\s+(\d+)  (.+)$", errors.__doc__, re.M)}
+    constants = {v for k, v in vars(errors).items() if k.startswith("EXIT_")}
+    assert table == documented
+    assert set(table) == constants
+    classes = {c.exit_code for c in vars(errors).values()
+               if isinstance(c, type) and issubclass(c, errors.VocabSurgeonError)}
+    assert classes <= set(table)
