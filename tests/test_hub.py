@@ -275,11 +275,6 @@ STRAY = {".DS_Store", "notes.tmp", "model.safetensors.lock", "__pycache__/x.cpyt
          ".vocabsurgeon-staging-1234/model.safetensors"}
 
 
-def _sent_paths(hub) -> set[str]:
-    """Every file path mentioned in a preupload or commit request body is checked via the commits."""
-    return {p for c in hub.commits for p in c["files"]}
-
-
 def test_push_sends_the_checkpoint_in_one_commit(hub, out):
     r = run("push", out, "me/gpt2-lotr", "--json", "--message", "Add LOTR names")
     assert r.exit_code == 0, r.output
@@ -517,3 +512,40 @@ def test_long_token_lists_go_to_a_file(tmp_path):
     card = (tmp_path / "out" / "README.md").read_text()
     assert "45 words (90 tokens); the full list is in [`added_tokens.txt`](added_tokens.txt)" in card
     assert "ElfBa" not in card
+
+
+def test_validation_figures_reach_the_card_and_the_hub(hub, tmp_path):
+    from huggingface_hub import ModelCard
+
+    o = tmp_path / "out"
+    r = run("add", "-t", "Frodo", "-t", "Gandalf", "--corpus", REPO / "fixtures" / "corpus_lotr.txt", "--max-tokens", 256,
+            "--plot", o / "kl.png", "--push-to", "me/gpt2-lotr", "--json", FIXTURE, o)
+    assert r.exit_code == 0, r.output
+    report = json.loads((o / "vocabsurgeon_report.json").read_text())
+    card = ModelCard((o / "README.md").read_text()).text
+    kl, u = report["kl"], report["usability"]
+    assert "Validation **passed**" in card
+    assert f"| KL(p_old ‖ p_new) mean | {kl['mean']:.3g} nats | {kl['limit_mean']:.3g} |" in card
+    assert f"| KL max | {kl['max']:.3g} nats | mean-init bound log(1 + k/n) = {kl['bound']:.3g} (within) |" in card
+    assert u["applicable"] and f"| {u['bpb_new']:.3f} (original model: {u['bpb_old']:.3f}) |" in card
+    assert "![Histogram of per-position KL](kl.png)" in card
+    sent = hub.commits[0]["files"]
+    assert set(sent) == CHECKPOINT_FILES | {"kl.png", "vocabsurgeon_report.json"}
+    assert sent["README.md"] == (o / "README.md").read_bytes()
+
+
+def test_failed_validation_is_in_the_card_and_nothing_is_pushed(hub, tmp_path):
+    o = tmp_path / "out"
+    r = run("add", "-t", "Frodo", "--max-tokens", 64, "--max-new-token-fraction", -1, "--push-to", "me/gpt2-lotr",
+            FIXTURE, o)
+    assert r.exit_code == 3
+    card = (o / "README.md").read_text()
+    assert "Validation **FAILED**: " in card and "--max-new-token-fraction" in card
+    assert hub.requests == []
+
+
+def test_revision_with_a_local_directory_is_refused(tmp_path):
+    r = run("add", "-t", "Frodo", "--revision", "v1", FIXTURE, tmp_path / "out")
+    assert r.exit_code == 2
+    assert r.stderr.strip() == (f"Error: {FIXTURE}: --revision is for Hub repo ids, but this is a local directory; "
+                                "drop --revision")
