@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import math
 import os
-from dataclasses import dataclass
-from typing import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -80,18 +80,27 @@ def accumulate_stats(
     n = seen = 0
     for chunk in chunks:
         chunk = np.asarray(chunk)
-        finite = np.isfinite(chunk).reshape(chunk.shape[0], -1).all(axis=1)
-        if not finite.all():
-            bad = int(np.flatnonzero(~finite)[0]) + seen
-            if strict:
-                raise InputError(
-                    f"tensor '{name}' row {bad} holds NaN or Inf; refusing to average it into new rows "
-                    "(repair the checkpoint, or use --init zeros or random, which do not average)"
-                )
-            logger.warning("tensor '%s': %d rows hold NaN or Inf (first: row %d); left out of the statistics",
-                           name, int((~finite).sum()), bad)
-            chunk = chunk[finite]
-        seen += finite.shape[0]
+        if chunk.ndim != 2:
+            chunk = chunk.reshape(chunk.shape[0], -1)
+        # The float64 column sums double as the NaN/Inf test: a NaN or Inf makes its column's sum
+        # non-finite, and float values (at most float32's range here) cannot overflow a float64 sum.
+        # So the per-row test (a full extra pass with a temporary mask) only runs on a bad chunk.
+        part = chunk.sum(0, dtype=np.float64)
+        rows = chunk.shape[0]
+        if not np.isfinite(part).all():
+            finite = np.isfinite(chunk).all(axis=1)
+            if not finite.all():
+                bad = int(np.flatnonzero(~finite)[0]) + seen
+                if strict:
+                    raise InputError(
+                        f"tensor '{name}' row {bad} holds NaN or Inf; refusing to average it into new rows "
+                        "(repair the checkpoint, or use --init zeros or random, which do not average)"
+                    )
+                logger.warning("tensor '%s': %d rows hold NaN or Inf (first: row %d); left out of the statistics",
+                               name, int((~finite).sum()), bad)
+                chunk = chunk[finite]
+                part = chunk.sum(0, dtype=np.float64)
+        seen += rows
         if chunk.shape[0] == 0:
             continue
         if total is None:
@@ -101,7 +110,7 @@ def accumulate_stats(
                 cross = (torch.zeros((chunk.shape[1],) * 2, dtype=torch.float64, device=device) if cuda
                          else np.zeros((chunk.shape[1],) * 2, dtype=np.float64))
                 shift_dev = torch.from_numpy(shift).to(device) if cuda else shift
-        total += chunk.sum(0, dtype=np.float64)
+        total += part
         if cov:
             if cuda:
                 x = torch.from_numpy(np.ascontiguousarray(chunk)).to(device, torch.float64) - shift_dev
@@ -141,9 +150,13 @@ def factor_covariance(cov: np.ndarray) -> tuple[np.ndarray, str]:
 
 @dataclass
 class InitContext:
-    """Everything a strategy may use. Rows are float64; the caller casts to the tensor's dtype."""
+    """Everything a strategy may use. Rows are float64; the caller casts to the tensor's dtype.
 
-    k: int  # number of new rows
+    A strategy computes the rows [start, start + k) of a matrix's new rows: `NewRows` calls it
+    block by block, so that k x hidden float64 never has to fit in memory at once.
+    """
+
+    k: int  # number of rows to compute (in this block)
     hidden: int
     stats: RowStats | None
     generator: np.random.Generator
@@ -152,6 +165,8 @@ class InitContext:
     pieces: list[list[int]] | None = None  # per new row: ids of its pieces under the old tokenizer
     rows_of: Callable[[list[int]], np.ndarray] | None = None  # ids -> (len, hidden) rows
     name: str = "matrix"
+    start: int = 0  # index of the first row of this block among the new rows (into `pieces`)
+    memo: dict = field(default_factory=dict)  # work shared by the blocks of one matrix (a factor)
 
 
 def zeros(ctx: InitContext) -> np.ndarray:
@@ -167,16 +182,18 @@ def mean(ctx: InitContext) -> np.ndarray:
 
 
 def mean_noise(ctx: InitContext) -> np.ndarray:
-    factor, how = factor_covariance(ctx.stats.cov * ctx.eps)
-    logger.info("%s: covariance factored by %s", ctx.name, how)
+    if "factor" not in ctx.memo:  # once per matrix, not per block: an O(hidden^3) factorization
+        ctx.memo["factor"], how = factor_covariance(ctx.stats.cov * ctx.eps)
+        logger.info("%s: covariance factored by %s", ctx.name, how)
     # Noise comes from the seeded CPU generator, so results do not depend on the device.
     z = ctx.generator.standard_normal((ctx.k, ctx.hidden))
-    return ctx.stats.mean + z @ factor.T
+    return ctx.stats.mean + z @ ctx.memo["factor"].T
 
 
 def subword_mean(ctx: InitContext) -> np.ndarray:
     out = np.empty((ctx.k, ctx.hidden))
-    for i, ids in enumerate(ctx.pieces or [[]] * ctx.k):
+    pieces = ctx.pieces[ctx.start:ctx.start + ctx.k] if ctx.pieces is not None else [[]] * ctx.k
+    for i, ids in enumerate(pieces):
         if ids:
             out[i] = ctx.rows_of(ids).astype(np.float64).mean(0)
         else:  # a padding row or a token with no pieces: the safe default
@@ -191,19 +208,22 @@ class Strategy:
     needs_cov: bool
     help: str
     averages: bool = True  # uses the old rows' values (so NaN/Inf rows are an error)
+    constant: bool = False  # every row is the same: computed and encoded once, its bytes repeated
 
 
 STRATEGIES: dict[str, Strategy] = {
     s.name: s
     for s in (
         Strategy("mean", mean, False,
-                 "the exact mean of the old rows; bounds KL(p_old||p_new) <= log(1 + k/n) for every prefix"),
+                 "the exact mean of the old rows; bounds KL(p_old||p_new) <= log(1 + k/n) for every prefix",
+                 constant=True),
         Strategy("mean-noise", mean_noise, True,
                  "N(mu, eps*Sigma), Sigma the old rows' covariance (Hewitt); rows differ, KL stays near the bound"),
         Strategy("subword-mean", subword_mean, False,
                  "the mean of the rows of the word's pieces under the original tokenizer (FVT)"),
         Strategy("zeros", zeros, False,
-                 "all zeros: logit 0, dangerous when the model's logits are large and negative", averages=False),
+                 "all zeros: logit 0, dangerous when the model's logits are large and negative", averages=False,
+                 constant=True),
         Strategy("random", random, False,
                  "N(0, initializer_range), what transformers does by default; as risky as zeros", averages=False),
     )
@@ -232,6 +252,115 @@ def encode_rows(rows: np.ndarray, dtype: str) -> bytes:
         bf[nan] = 0x7FC0
         return bf.tobytes()
     raise InputError(f"cannot write new rows as {dtype}; vocabulary tensors must be F16, BF16, F32 or F64")
+
+
+BLOCK_BYTES = 16 << 20  # float64 rows computed and encoded at a time: memory O(block), not O(k x hidden)
+
+
+@dataclass
+class NewRows:
+    """The k new rows of one matrix, described, not materialized: the first `from_strategy` rows
+    come from `strategy`, the rest (padding, never reachable from the tokenizer) repeat `fill`.
+
+    Rows are produced block by block, and every pass gives the same values (the generator is
+    re-seeded from `seed`), so the rows of a tied alias are those of its matrix.
+    """
+
+    k: int
+    hidden: int
+    strategy: Strategy | None  # None: every row is `fill`
+    ctx: InitContext | None  # the strategy's context; its k and start are set per block
+    seed: int
+    fill: np.ndarray  # (hidden,) float64
+    from_strategy: int = 0
+
+    @classmethod
+    def constant(cls, row: np.ndarray, k: int) -> "NewRows":
+        row = np.asarray(row, dtype=np.float64)
+        return cls(k, row.shape[0], None, None, 0, row)
+
+    def _segments(self) -> list[tuple[int, np.ndarray | None]]:
+        """(rows, constant row or None for computed rows), in order."""
+        segs: list[tuple[int, np.ndarray | None]] = []
+        n = self.from_strategy if self.strategy is not None else 0
+        if n:
+            if self.strategy.constant:
+                ctx = replace(self.ctx, k=1, start=0, generator=np.random.default_rng(self.seed))
+                segs.append((n, np.asarray(self.strategy.fn(ctx), dtype=np.float64)[0]))
+            else:
+                segs.append((n, None))
+        if self.k > n:
+            segs.append((self.k - n, self.fill))
+        return segs
+
+    def blocks(self, block_rows: int | None = None) -> Iterator[np.ndarray]:
+        """The rows in order, as float64 blocks of at most `block_rows` rows (constant rows as
+        read-only broadcast views)."""
+        for _, _, block in self._blocks(block_rows):
+            yield block
+
+    def _blocks(self, block_rows: int | None) -> Iterator[tuple[int, bool, np.ndarray]]:
+        """(segment number, whether its rows are constant, block), in row order."""
+        step = block_rows or max(1, BLOCK_BYTES // (8 * max(1, self.hidden)))
+        ctx = None
+        for seg, (count, row) in enumerate(self._segments()):
+            for s in range(0, count, step):
+                n = min(step, count - s)
+                if row is not None:
+                    yield seg, True, np.broadcast_to(row, (n, self.hidden))
+                    continue
+                if ctx is None:  # one generator per pass, drawn from in row order
+                    ctx = replace(self.ctx, generator=np.random.default_rng(self.seed))
+                yield seg, False, np.asarray(self.strategy.fn(replace(ctx, k=n, start=s)), dtype=np.float64)
+
+    def array(self) -> np.ndarray:
+        """All k rows as one (k, hidden) float64 array: for tests and small k only."""
+        return np.concatenate([np.asarray(b) for b in self.blocks()]) if self.k else np.zeros((0, self.hidden))
+
+    def encoded(self, dtype: str, start: int = 0, stop: int | None = None,
+                block_rows: int | None = None) -> "EncodedRows":
+        """Rows [start, stop) (default: to the end) in the bytes of `dtype`, produced lazily block by block."""
+        return EncodedRows(self, dtype, start, stop, block_rows)
+
+
+class EncodedRows:
+    """Bytes of rows [start, stop) of `NewRows` in a safetensors dtype: `len()` is known up front,
+    iterating yields the bytes block by block (what `writer.write_rows` writes), and a constant
+    row is encoded once and its bytes repeated, so mean and padding rows cost no arithmetic."""
+
+    def __init__(self, rows: NewRows, dtype: str, start: int = 0, stop: int | None = None,
+                 block_rows: int | None = None):
+        if dtype not in ("F16", "BF16", "F32", "F64"):
+            encode_rows(np.zeros((0, rows.hidden)), dtype)  # raises the InputError
+        self.rows, self.dtype = rows, dtype
+        self.stop = rows.k if stop is None else min(stop, rows.k)
+        self.start = min(start, self.stop)
+        self.block_rows = block_rows or max(1, BLOCK_BYTES // (8 * max(1, rows.hidden)))
+        self.row_bytes = rows.hidden * {"F16": 2, "BF16": 2, "F32": 4, "F64": 8}[dtype]
+
+    def __len__(self) -> int:
+        return (self.stop - self.start) * self.row_bytes
+
+    def __iter__(self) -> Iterator[bytes]:
+        pos = 0  # index of the next row of self.rows
+        encoded: dict[int, bytes] = {}  # one encoded copy of each constant row, by segment
+        if self.start == self.stop:
+            return
+        for seg, constant, block in self.rows._blocks(self.block_rows):
+            lo, hi = max(0, self.start - pos), min(block.shape[0], self.stop - pos)
+            pos += block.shape[0]
+            if lo < hi:  # rows before `start` are computed anyway: the generator runs in row order
+                if constant:
+                    if seg not in encoded:
+                        encoded[seg] = encode_rows(block[:1], self.dtype)
+                    yield encoded[seg] * (hi - lo)
+                else:
+                    yield encode_rows(block[lo:hi], self.dtype)
+            if pos >= self.stop:
+                return
+
+    def tobytes(self) -> bytes:
+        return b"".join(self)
 
 
 def kl_bound(k: int, n: int) -> float:

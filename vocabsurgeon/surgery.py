@@ -25,7 +25,7 @@ from .checkpoint import FLOAT_DTYPES, INDEX_NAME, Checkpoint, same_bytes
 from .errors import InputError, VocabSurgeonError, WriteError
 from .hub import Source, resolve_checkpoint
 from .modelcard import write_model_card
-from .init import DEFAULT_EPS, InitContext, accumulate_stats, encode_rows, get_strategy, kl_bound, resolve_device
+from .init import DEFAULT_EPS, InitContext, NewRows, accumulate_stats, get_strategy, kl_bound, resolve_device
 from .tokenizer import STALE_SLOW_FILES, TOKENIZER_CONFIG, TOKENIZER_FILE, TokenizerEditor, TokenizerPlan, verify_tokenizer
 from .writer import (
     GrownTensor, check_output_path, copy_file, copy_old_bytes, layout_shard, staging, write_json, write_rows,
@@ -237,19 +237,19 @@ class AddResult:
         return d
 
 
-def _new_rows(plan: Plan, name: str, device, gen_seed: int, notes: dict) -> np.ndarray:
-    """The appended rows of one vocabulary tensor as float64: (k, row_size)."""
+def _new_rows(plan: Plan, name: str, device, gen_seed: int, notes: dict) -> NewRows:
+    """The appended rows of one vocabulary tensor, (k, row_size), produced block by block."""
     ckpt = plan.ckpt
     info = ckpt.tensors[name]
     if info.dtype not in FLOAT_DTYPES:
         raise InputError(f"tensor '{name}' has dtype {info.dtype}; vocabulary tensors must be floating point")
     k = len(plan.row_ids)  # rows to compute, in row_ids order
     if len(info.shape) == 1:  # a bias: the mean bias keeps the KL bound
-        stats = accumulate_stats(ckpt.iter_np_chunks(name), cov=False, name=name)
-        return np.tile(stats.mean, (k, 1))
+        stats = accumulate_stats(ckpt.stream_rows(name), cov=False, name=name)
+        return NewRows.constant(stats.mean, k)
     strategy = get_strategy(plan.strategy_for(name))
     stats = accumulate_stats(
-        ckpt.iter_np_chunks(name), cov=strategy.needs_cov, device=device, name=name, strict=strategy.averages,
+        ckpt.stream_rows(name), cov=strategy.needs_cov, device=device, name=name, strict=strategy.averages,
     )
     n_tok = len(plan.tokens.new)
     pieces = [t.pieces for t in plan.tokens.new] + [[]] * (k - n_tok)
@@ -258,11 +258,9 @@ def _new_rows(plan: Plan, name: str, device, gen_seed: int, notes: dict) -> np.n
         eps=plan.options.eps, initializer_range=float(text_config(ckpt.config).get("initializer_range", 0.02)),
         pieces=pieces, rows_of=lambda ids: np.concatenate([ckpt.rows_np(name, i, i + 1) for i in ids]), name=name,
     )
-    rows = strategy.fn(ctx)
-    if n_tok < k:  # padding rows, never reachable from the tokenizer, hold the mean (keeps the KL bound)
-        rows[n_tok:] = stats.mean
     notes[name] = strategy.name
-    return rows
+    # Padding rows (past the new tokens), never reachable from the tokenizer, hold the mean (keeps the KL bound).
+    return NewRows(k, ctx.hidden, strategy, ctx, gen_seed, stats.mean, from_strategy=n_tok)
 
 
 def apply(plan: Plan, out: str | os.PathLike, progress: Callable[[int], None] | None = None) -> AddResult:
@@ -380,12 +378,22 @@ def _all_new_rows(plan: Plan, notes: dict) -> dict[str, GrownTensor]:
             if name == lay.embedding:
                 base = rows
         # Rows inside the old matrix (--reuse-reserved) are patched in place; the rest are appended.
+        # Ids are handed out reused rows first, then counting up from rows_before (tokenizer.plan),
+        # so the patched rows come first and the appended ones are already in row order.
         order = plan.row_ids
-        inside = {r: encode_rows(rows[j:j + 1], info.dtype) for j, r in enumerate(order) if r < plan.rows_before}
-        tail_rows = sorted((r, j) for j, r in enumerate(order) if r >= plan.rows_before)
-        tail = encode_rows(rows[[j for _, j in tail_rows]], info.dtype) if tail_rows else b""
+        n_inside = sum(r < plan.rows_before for r in order)
+        if order[n_inside:] != list(range(plan.rows_before, plan.rows_after)):
+            raise VocabSurgeonError(f"internal: new rows of '{name}' are not in row order; nothing was written")
+        head = rows.encoded(info.dtype, stop=n_inside).tobytes()
+        inside = {r: head[j * info.row_bytes:(j + 1) * info.row_bytes] for j, r in enumerate(order[:n_inside])}
+        tail = rows.encoded(info.dtype, start=n_inside)
+        if len(tail) <= _EAGER_TAIL_BYTES:  # compute now, while the copy thread runs; else block by block in write_rows
+            tail = tail.tobytes()
         grown[name] = GrownTensor((plan.rows_after, *info.shape[1:]), tail, inside)
     return grown
+
+
+_EAGER_TAIL_BYTES = 64 << 20
 
 
 def _write_metadata_files(plan: Plan, stage: Path, grown: dict[str, GrownTensor]) -> None:
