@@ -295,6 +295,12 @@ def apply(plan: Plan, out: str | os.PathLike, progress: Callable[[int], None] | 
             copying = _Worker(_copy_shards, plan, stage, layouts, methods, checked)
             try:
                 grown = _all_new_rows(plan, notes)
+                # Nothing below needs the shards' bytes: done while they are still being copied.
+                _write_metadata_files(plan, stage, grown)
+                _copy_other_files(plan, stage)
+                write_model_card(stage, {**plan.to_dict(), "tool": f"vocabsurgeon {__version__}"})
+                if plan.tokens.new:
+                    verify_tokenizer(stage, plan.tokens)
                 copying.join()
             except BaseException:
                 cancel.set()
@@ -302,9 +308,6 @@ def apply(plan: Plan, out: str | os.PathLike, progress: Callable[[int], None] | 
                 raise
             for f, layout in layouts.items():
                 write_rows(stage / f, layout, {n: g for n, g in grown.items() if ckpt.tensors[n].file == f}, progress)
-            _write_metadata_files(plan, stage, grown)
-            _copy_other_files(plan, stage)
-            write_model_card(stage, {**plan.to_dict(), "tool": f"vocabsurgeon {__version__}"})
             _verify(plan, stage, grown)
     except OSError as e:
         where = f" ({e.filename})" if e.filename else ""
@@ -450,7 +453,8 @@ def _old_rows_kept(src: Path, t, dst: Path, dst_start: int, g: GrownTensor) -> b
 
 
 def _verify(plan: Plan, stage: Path, grown: dict[str, GrownTensor]) -> None:
-    """Re-open what was written and check it before calling the job done."""
+    """Re-open the written shards and index and check them before calling the job done (the
+    tokenizer is checked by `verify_tokenizer` in `apply`, while the shards are copied)."""
     ckpt = plan.ckpt
     out = Checkpoint.open(stage)
     if set(out.tensors) != set(ckpt.tensors):
@@ -464,8 +468,6 @@ def _verify(plan: Plan, stage: Path, grown: dict[str, GrownTensor]) -> None:
             raise VocabSurgeonError(f"internal: old rows of '{name}' changed while writing; nothing was published")
     if out.index is not None and out.index["metadata"]["total_size"] != out.total_size:
         raise VocabSurgeonError("internal: index total_size does not match the shards; nothing was published")
-    if plan.tokens.new:
-        verify_tokenizer(stage, plan.tokens)
     out.close()
 
 

@@ -164,6 +164,9 @@ def copy_old_bytes(src: Path, layout: ShardLayout, dst: Path, progress: Progress
         for t in layout.header.tensors:
             _copy_range(fi.fileno(), fo.fileno(), t.start, t.nbytes, progress, dst_offset=layout.starts[t.name])
         os.ftruncate(fo.fileno(), layout.size)
+        # Flush the old bytes now, in the copying thread, while the next shard is copied: the fsync
+        # in write_rows then only waits for the new rows.
+        os.fdatasync(fo.fileno())
 
 
 def write_rows(dst: Path, layout: ShardLayout, grown: dict[str, GrownTensor], progress: Progress = _noop) -> None:
