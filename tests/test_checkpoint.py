@@ -176,3 +176,60 @@ def test_wrong_total_size_is_recomputed(llama_ckpt, tmp_path):
     assert r.exit_code == 0, r.output
     out = Checkpoint.open(tmp_path / "out")
     assert out.index["metadata"]["total_size"] == out.total_size != 1
+
+
+# ------------------------------------------------------------------------------------------------
+# Streaming reads and byte comparison (the hot paths of add)
+
+import numpy as np  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from vocabsurgeon.checkpoint import same_bytes  # noqa: E402
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+@pytest.mark.parametrize("chunk_bytes", [1, 100, 1000, 1 << 20])
+def test_stream_rows_match_rows_np(tmp_path, dtype, chunk_bytes):
+    x = (torch.randn(37, 5, 3) * 3).to(dtype)
+    (tmp_path / "config.json").write_text("{}")
+    save_file({"pre": torch.ones(3), "w": x, "post": torch.zeros(2)}, str(tmp_path / "model.safetensors"))
+    ck = Checkpoint.open(tmp_path)
+    want = ck.rows_np("w", 0, 37)
+    got = np.concatenate([c.copy() for c in ck.stream_rows("w", chunk_bytes=chunk_bytes)])
+    assert got.dtype == want.dtype and got.shape == (37, 15)
+    assert np.array_equal(got, want)
+    assert np.array_equal(got, x.reshape(37, 15).to(torch.float64).numpy())
+
+
+def test_stream_rows_of_a_truncated_file_is_an_input_error(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    save_file({"w": torch.ones(100, 4)}, str(tmp_path / "model.safetensors"))
+    ck = Checkpoint.open(tmp_path)
+    with open(tmp_path / "model.safetensors", "r+b") as f:
+        f.truncate(f.seek(0, 2) - 10)
+    with pytest.raises(InputError, match="ended early"):
+        list(ck.stream_rows("w", chunk_bytes=64))
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(0, 5000), flip=st.integers(0, 10**9), a_off=st.integers(0, 7), b_off=st.integers(0, 7),
+       same=st.booleans())
+def test_same_bytes_finds_any_differing_byte(tmp_path_factory, n, flip, a_off, b_off, same):
+    import vocabsurgeon.checkpoint as checkpoint
+
+    d = tmp_path_factory.mktemp("cmp")
+    data = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8).tobytes()
+    other = bytearray(data)
+    if not same and n:
+        other[flip % n] ^= 0x40
+    (d / "a").write_bytes(b"x" * a_off + data + b"tail")
+    (d / "b").write_bytes(b"y" * b_off + bytes(other))
+    # Small thresholds, so that the parallel split and several reads per part are exercised too.
+    old = checkpoint.COMPARE_BYTES, checkpoint.PARALLEL_COMPARE_BYTES
+    checkpoint.COMPARE_BYTES, checkpoint.PARALLEL_COMPARE_BYTES = 97, 300
+    try:
+        assert same_bytes(d / "a", a_off, d / "b", b_off, n) == (same or n == 0)
+        assert not same_bytes(d / "a", a_off, d / "b", b_off, n + 1)  # past the end of b
+    finally:
+        checkpoint.COMPARE_BYTES, checkpoint.PARALLEL_COMPARE_BYTES = old

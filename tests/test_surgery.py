@@ -131,3 +131,106 @@ def test_every_other_file_is_carried_over(gpt2_ckpt, tmp_path):
 def test_tied_model_refuses_two_different_inits(gpt2_ckpt):
     with pytest.raises(InputError, match="embeddings are tied"):
         plan_add(gpt2_ckpt, ["Frodo"], __import__("vocabsurgeon").AddOptions(init_input="zeros", init_output="mean"))
+
+
+# ------------------------------------------------------------------------------------------------
+# Many tokens, streamed rows, fast JSON: the performance paths give the same results
+
+
+def _made_up_words(n: int, seed: int = 0) -> list[str]:
+    import random
+
+    r = random.Random(seed)
+    out: dict[str, None] = {}
+    while len(out) < n:
+        out["".join(r.choice("bdfgklmnprstvz") + r.choice("aeiou") for _ in range(r.randint(3, 5))).capitalize()] = None
+    return list(out)
+
+
+@pytest.mark.parametrize("ckpt", ["gpt2_ckpt", "llama_ckpt"])
+def test_many_tokens_are_verified_and_each_is_one_token(ckpt, request, tmp_path):
+    src = request.getfixturevalue(ckpt)
+    words = _made_up_words(3000)
+    r = add_tokens(src, tmp_path / "out", words, init="mean", pad_to_multiple_of=64)
+    assert r.plan.k >= 2 * len(words) - len(r.to_dict()["skipped"]) * 2
+    check_surgery(src, tmp_path / "out", r.plan.k)
+    tok = AutoTokenizer.from_pretrained(tmp_path / "out")
+    for w in words[::97]:
+        assert len(tok(w, add_special_tokens=False).input_ids) == 1
+        assert len(tok(" " + w, add_special_tokens=False).input_ids) == 1
+
+
+def test_verification_of_many_tokens_still_catches_a_wrong_one(gpt2_ckpt, tmp_path):
+    from vocabsurgeon import VocabSurgeonError
+    from vocabsurgeon.tokenizer import verify_tokenizer
+
+    words = _made_up_words(500)
+    r = add_tokens(gpt2_ckpt, tmp_path / "out", words)
+    tokens = r.plan.tokens
+    bad = tokens.new[400]
+    tokens.new[400] = type(bad)(**{**bad.__dict__, "id": bad.id + 1})
+    with pytest.raises(VocabSurgeonError, match=f"token {bad.text!r}: the reloaded tokenizer gives id {bad.id}"):
+        verify_tokenizer(tmp_path / "out", tokens)
+    # a word in the middle that is not one token in the written tokenizer (grouping and batching
+    # must report that word, not a neighbour)
+    tokens.new[400] = type(bad)(**{**bad.__dict__, "text": "Qqzx" + bad.text})
+    with pytest.raises(VocabSurgeonError, match=f"token 'Qqzx{bad.text}': 'Qqzx{bad.text}' encodes to"):
+        verify_tokenizer(tmp_path / "out", tokens)
+    tokens.new[400] = bad
+    verify_tokenizer(tmp_path / "out", tokens)
+
+
+def test_streamed_tail_writes_the_same_checkpoint_as_the_eager_one(llama_ckpt, tmp_path, monkeypatch):
+    import vocabsurgeon.surgery as surgery
+
+    words = _made_up_words(40)
+    add_tokens(llama_ckpt, tmp_path / "eager", words, init_input="random", init_output="mean", seed=3,
+               pad_to_multiple_of=64)
+    monkeypatch.setattr(surgery, "_EAGER_TAIL_BYTES", -1)  # every tail block by block in write_rows
+    add_tokens(llama_ckpt, tmp_path / "streamed", words, init_input="random", init_output="mean", seed=3,
+               pad_to_multiple_of=64)
+    for p in sorted((tmp_path / "eager").iterdir()):
+        if p.suffix in (".safetensors", ".json"):
+            assert p.read_bytes() == (tmp_path / "streamed" / p.name).read_bytes(), p.name
+
+
+def test_json_text_is_json_dumps_indent_2_with_big_containers_on_one_line():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from vocabsurgeon.writer import BIG_CONTAINER, json_text
+
+    scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
+    values = st.recursive(scalars, lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(), c, max_size=4),
+                          max_leaves=20)
+
+    @settings(max_examples=200, deadline=None)
+    @given(values)
+    def small(v):
+        assert json_text(v) == json.dumps(v, indent=2, ensure_ascii=False)
+
+    small()
+    big = {"model": {"vocab": {f"é{i}": i for i in range(BIG_CONTAINER + 1)}, "merges": [["a", "b"]] * 3000},
+           "added_tokens": [{"id": 1, "content": "x"}]}
+    text = json_text(big)
+    assert json.loads(text) == big
+    assert len(text.splitlines()) < 20  # vocab and merges are one line each
+
+
+def test_byte_level_table_matches_the_byte_level_pre_tokenizer():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from tokenizers import pre_tokenizers
+
+    from vocabsurgeon.tokenizer import byte_level
+
+    rust = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.text(st.characters(blacklist_categories=("Cs",)), min_size=1))
+    def same(text):
+        assert byte_level(text) == "".join(p for p, _ in rust.pre_tokenize_str(text))
+
+    same()
+    every_byte = bytes(range(256)).decode("latin-1")
+    assert byte_level(every_byte) == "".join(p for p, _ in rust.pre_tokenize_str(every_byte))

@@ -85,7 +85,8 @@ def accumulate_stats(
         # The float64 column sums double as the NaN/Inf test: a NaN or Inf makes its column's sum
         # non-finite, and float values (at most float32's range here) cannot overflow a float64 sum.
         # So the per-row test (a full extra pass with a temporary mask) only runs on a bad chunk.
-        part = chunk.sum(0, dtype=np.float64)
+        with np.errstate(invalid="ignore"):  # a signalling NaN would warn; it is reported below
+            part = chunk.sum(0, dtype=np.float64)
         rows = chunk.shape[0]
         if not np.isfinite(part).all():
             finite = np.isfinite(chunk).all(axis=1)
