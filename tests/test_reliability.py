@@ -49,7 +49,13 @@ main()
 def spawn(args, tmp_path, pause_at=None, tag="a", **kw):
     env = dict(os.environ, PAUSE_AT=pause_at or "", READY=str(tmp_path / f"ready-{tag}"), GO=str(tmp_path / "go"))
     return subprocess.Popen([sys.executable, "-c", BOOT, *map(str, args)], env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_default, **kw)
+
+
+def _sigint_default():
+    # A test run started in the background by a non-interactive shell (CI) inherits SIGINT
+    # ignored, and Python then keeps it ignored; give the child Ctrl-C as a terminal user has it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_for(path: Path, proc, timeout=120):
