@@ -97,9 +97,13 @@ def test_sigkill_leaves_no_output_and_rerun_sweeps(llama_ckpt, tmp_path, moment)
 def test_interrupt_cleans_up(llama_ckpt, tmp_path, sig):
     out = tmp_path / "out"
     p = spawn(["add", "-t", "Frodo", "--no-validate", llama_ckpt, out], tmp_path, pause_at="copy_file")
-    wait_for(tmp_path / "ready-a", p)
-    p.send_signal(sig)
-    _, err = p.communicate(timeout=60)
+    try:
+        wait_for(tmp_path / "ready-a", p)
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=60)
+    finally:  # never leave a paused child behind when the test fails
+        if p.poll() is None:
+            p.kill()
     assert p.returncode == 130
     assert err.strip().splitlines()[-1] == "Interrupted; nothing was written."
     assert not out.exists() and not staging_leftovers(tmp_path)
