@@ -1,8 +1,9 @@
 """Initialization strategies for new rows: small pure functions over row statistics, by name.
 
 The names in `STRATEGIES` are the names in the CLI (`--init`), the Python API and the README.
-Statistics are accumulated over row chunks (`accumulate_stats`), so memory stays
-O(hidden^2 + chunk), never O(vocab x hidden). The CPU path is NumPy (torch costs over a second to
+Statistics are accumulated over row chunks (`accumulate_stats`), and new rows are computed and
+encoded in blocks (`NewRows`, `EncodedRows`), so memory stays O(hidden^2 + chunk), never
+O(vocab x hidden) nor O(new rows x hidden). The CPU path is NumPy (torch costs over a second to
 import, more than the rest of a typical run); the CUDA path for the covariance uses torch.
 """
 
