@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-from pathlib import Path
 
 import numpy as np
 
