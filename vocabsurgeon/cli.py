@@ -158,7 +158,7 @@ def _quiet_hub(ctx, as_json: bool) -> None:
 
 
 _PRIVATE_OPTION = click.option("--private", is_flag=True, default=None,
-                               help="Create the repo private (no effect when it exists).")
+                               help="Create the repo private (no effect when it exists; with add, needs --push-to).")
 _CREATE_PR_OPTION = click.option("--create-pr", is_flag=True,
                                  help="Open a pull request instead of committing to the branch (review, then merge).")
 _HF_TOKEN_HELP = "Hugging Face token (default: HF_TOKEN, then the stored `hf auth login`)."
