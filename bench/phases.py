@@ -6,6 +6,13 @@
 Runs the CLI in this process with the surgery's steps (and the writer's fsyncs) wrapped by a timer,
 then prints one line per call to stderr, sorted by start: name, thread, start (s since launch),
 duration (s). Unlike cProfile it costs nothing measurable and shows what overlaps the copy thread.
+
+    python bench/phases.py --free-copy add ...
+
+is the lower bound of any reordering of the copy: the rewritten shards' old bytes are not copied
+(the file gets its header and is extended sparse, no data), and the old-row check compares the
+input with itself (the same bytes read, from the page cache). Everything else, the main thread's
+whole critical path, runs as in a real run. The output is not a valid checkpoint; it is removed.
 """
 
 from __future__ import annotations
@@ -36,7 +43,39 @@ def timed(name: str, fn):
     return wrapper
 
 
+def _free_copy() -> None:
+    import os
+
+    from vocabsurgeon.checkpoint import same_bytes
+
+    def copy_nothing(src, layout, dst, progress=None):
+        with open(dst, "wb", buffering=0) as fo:
+            fo.write(layout.head)
+            os.ftruncate(fo.fileno(), layout.size)
+
+    def kept_self(src, t, dst, dst_start, g):
+        return same_bytes(src, t.start, src, t.start, t.nbytes)
+
+    surgery.copy_old_bytes = copy_nothing
+    surgery._old_rows_kept = kept_self
+    real_apply = surgery.apply
+
+    def apply(plan, out, *args, **kwargs):
+        result = real_apply(plan, out, *args, **kwargs)
+        written.append(out)  # only what this run wrote
+        return result
+
+    surgery.apply = apply  # the CLI imports it at call time
+
+
+written: list = []  # the output directory of a --free-copy run: holes instead of weights, removed
+
+
 def main() -> None:
+    free = sys.argv[1:2] == ["--free-copy"]
+    if free:
+        del sys.argv[1]
+        _free_copy()
     for name in STEPS:
         setattr(surgery, name, timed(name, getattr(surgery, name)))
     writer.os.fsync = timed("fsync", writer.os.fsync)  # the os module itself: every fsync here is timed
@@ -53,6 +92,10 @@ def main() -> None:
     for name, thread, start, seconds in sorted(log, key=lambda r: r[2]):
         print(f"{name:24s} {thread[:20]:20s} {start:8.3f} {seconds:8.3f}", file=sys.stderr)
     print(f"{'total':24s} {'':20s} {0:8.3f} {time.perf_counter() - T0:8.3f}", file=sys.stderr)
+    if written:
+        import shutil
+
+        shutil.rmtree(written[0], ignore_errors=True)
     sys.exit(code)
 
 
