@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-import shutil
 import signal
 import subprocess
 import sys
@@ -13,13 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
 from invariants import check_surgery, tree_digest
 from vocabsurgeon import add_tokens
-from vocabsurgeon.checkpoint import Checkpoint
 from vocabsurgeon.cli import cli
 from vocabsurgeon.errors import VocabSurgeonError
 
