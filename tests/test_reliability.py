@@ -8,6 +8,7 @@ import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -278,3 +279,24 @@ def test_verify_after_write_catches_corruption(monkeypatch, llama_ckpt, tmp_path
     with pytest.raises(VocabSurgeonError, match="changed while writing; nothing was published"):
         add_tokens(llama_ckpt, tmp_path / "out", ["Frodo"])
     assert not (tmp_path / "out").exists() and not staging_leftovers(tmp_path)
+
+
+def test_an_interrupt_swallowed_by_a_library_still_stops_the_wait_for_the_copy():
+    # numpy.random's lazy import has been seen to swallow the KeyboardInterrupt of a Ctrl-C; the
+    # wait for the copying thread must still end with KeyboardInterrupt, not wait for the copy.
+    from vocabsurgeon.surgery import _noting_interrupts, _Worker
+
+    release = threading.Event()
+    interrupted = threading.Event()
+    with _noting_interrupts(interrupted):
+        copying = _Worker(release.wait, 60, interrupted=interrupted)
+        try:
+            signal.raise_signal(signal.SIGINT)
+        except KeyboardInterrupt:
+            pass  # what the library did
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            copying.join()
+        assert time.monotonic() - t0 < 5
+    release.set()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is restored

@@ -6,11 +6,13 @@ Data flows one way: checkpoint (read) -> architectures (which tensors) -> tokeni
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
 import shutil
+import signal
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -279,6 +281,7 @@ def apply(plan: Plan, out: str | os.PathLike, progress: Callable[[int], None] | 
     methods: dict[str, str] = {}
     notes: dict[str, str] = {}
     cancel = threading.Event()
+    interrupted = threading.Event()
 
     def checked(n: int) -> None:  # progress from the copying thread; stops it when the main thread failed
         if cancel.is_set():
@@ -286,13 +289,13 @@ def apply(plan: Plan, out: str | os.PathLike, progress: Callable[[int], None] | 
         progress(n)
 
     try:
-        with staging(out, force=opts.force) as stage:
+        with _noting_interrupts(interrupted), staging(out, force=opts.force) as stage:
             layouts = {f: layout_shard(ckpt.shards[f], {n: s for n, s in new_shapes.items() if ckpt.tensors[n].file == f})
                        for f in plan.rewrite}
             # Bytes move in a second thread (in the kernel: copy_file_range releases the GIL) while
             # this one computes the new rows: on two cores the statistics cost almost nothing extra.
             # A daemon thread, so that an interrupt never waits for a long copy to finish.
-            copying = _Worker(_copy_shards, plan, stage, layouts, methods, checked)
+            copying = _Worker(_copy_shards, plan, stage, layouts, methods, checked, interrupted=interrupted)
             try:
                 grown = _all_new_rows(plan, notes)
                 # Nothing below needs the shards' bytes: done while they are still being copied.
@@ -325,12 +328,44 @@ class _Cancelled(Exception):
     """Stops the copying thread after the main thread failed."""
 
 
-class _Worker(threading.Thread):
-    """Runs fn(*args) in a daemon thread; join() re-raises its exception in the caller."""
+@contextlib.contextmanager
+def _noting_interrupts(event: threading.Event):
+    """While in the block, SIGINT/SIGTERM also set `event`, then act as the installed handler does.
 
-    def __init__(self, fn, *args):
+    A KeyboardInterrupt raised inside a C extension's module init can vanish (seen: it hit
+    numpy.random's lazy import under `np.random.default_rng` and the run went on), so the wait for
+    the copy checks `event` too. Handlers that ignore the signal, and threads other than the main
+    one (which cannot set handlers), are left alone.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+
+    def note(signum, frame):
+        event.set()
+        previous[signum](signum, frame)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(sig)
+        if callable(handler):
+            previous[sig] = handler
+            signal.signal(sig, note)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class _Worker(threading.Thread):
+    """Runs fn(*args) in a daemon thread; join() re-raises its exception in the caller, or raises
+    KeyboardInterrupt once `interrupted` is set."""
+
+    def __init__(self, fn, *args, interrupted: threading.Event | None = None):
         super().__init__(name="vocabsurgeon-copy", daemon=True)
         self._fn, self._args, self._error = fn, args, None
+        self._interrupted = interrupted or threading.Event()
         self.start()
 
     def run(self) -> None:
@@ -345,6 +380,8 @@ class _Worker(threading.Thread):
             # thread, and a main thread blocked in a lock never wakes to run the handler, so an
             # interrupt would wait for the whole copy (seen as a hang in the interrupt test).
             while self.is_alive():
+                if self._interrupted.is_set():
+                    raise KeyboardInterrupt
                 super().join(0.1)
             if self._error is not None:
                 raise self._error
