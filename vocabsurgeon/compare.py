@@ -30,6 +30,7 @@ import numpy as np
 from .architectures import detect
 from .checkpoint import Checkpoint
 from .errors import InputError
+from .tokenizer import BYTE_SYMBOLS
 
 logger = logging.getLogger(__name__)
 
@@ -218,7 +219,7 @@ def _readable(tok_json: dict) -> Callable[[str], str]:
     if "ByteLevel" in spec:
         from tokenizers import pre_tokenizers
 
-        byte_of = {ch: i for i, ch in enumerate(_bytes_to_unicode())}
+        byte_of = {ch: i for i, ch in enumerate(BYTE_SYMBOLS)}
         alphabet = set(pre_tokenizers.ByteLevel.alphabet())
 
         def byte_level(piece: str) -> str:
@@ -239,19 +240,6 @@ def _hex_bytes(err: UnicodeDecodeError) -> tuple[str, int]:
 
 _HEX_BYTES = "vocabsurgeon-hex"
 codecs.register_error(_HEX_BYTES, _hex_bytes)
-
-
-def _bytes_to_unicode() -> list[str]:
-    """GPT-2's byte -> printable character table, indexed by byte value."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    table, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return [table[b] for b in range(256)]
 
 
 def _token_strings(path: Path, rows: int) -> tuple[list[str | None], list[str | None], bool]:

@@ -75,7 +75,7 @@ def _byte_symbols() -> list[str]:
     return out
 
 
-_BYTE_SYMBOLS = _byte_symbols()
+BYTE_SYMBOLS = _byte_symbols()  # indexed by byte value; also used by compare.py
 
 
 def byte_level(text: str) -> str:
@@ -84,7 +84,7 @@ def byte_level(text: str) -> str:
     A table lookup per UTF-8 byte: the same as the ByteLevel pre-tokenizer without its regex
     (tests/test_surgery.py checks it), without a call into Rust per word (1.4 s for 50,000 words).
     """
-    return "".join([_BYTE_SYMBOLS[b] for b in text.encode("utf-8", "surrogatepass")])
+    return "".join([BYTE_SYMBOLS[b] for b in text.encode("utf-8", "surrogatepass")])
 
 
 @dataclass
