@@ -17,6 +17,7 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
+from .checkpoint import DTYPE_SIZES
 from .errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -338,7 +339,7 @@ class EncodedRows:
         self.stop = rows.k if stop is None else min(stop, rows.k)
         self.start = min(start, self.stop)
         self.block_rows = block_rows or max(1, BLOCK_BYTES // (8 * max(1, rows.hidden)))
-        self.row_bytes = rows.hidden * {"F16": 2, "BF16": 2, "F32": 4, "F64": 8}[dtype]
+        self.row_bytes = rows.hidden * DTYPE_SIZES[dtype]
 
     def __len__(self) -> int:
         return (self.stop - self.start) * self.row_bytes

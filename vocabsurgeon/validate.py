@@ -389,11 +389,11 @@ def encode(tok, text: str) -> list[int]:
     return list(tok(text, add_special_tokens=False, verbose=False).input_ids)
 
 
-def corpus_windows(ids: list[int], prefix: list[int], length: int, max_tokens: int) -> list[list[int]]:
+def corpus_windows(ids: list[int], prefix: list[int], length: int, max_tokens: int | None = None) -> list[list[int]]:
     """Split corpus ids into sequences of at most `length` tokens, each starting with `prefix`,
-    covering at most `max_tokens` corpus tokens."""
+    covering at most `max_tokens` corpus tokens (all of them when None)."""
     step = max(1, length - len(prefix))
-    ids = ids[:max_tokens]
+    ids = ids if max_tokens is None else ids[:max_tokens]
     return [prefix + ids[i:i + step] for i in range(0, len(ids), step)]
 
 
@@ -735,7 +735,7 @@ def _run_models(base: Path, new: Path, kind: ModelKind, device: str, old_tok, ne
             raise InputError(f"{base}: the model has {old_out[0].shape[-1]} output rows but config says {n}")
         if kind.generates:
             m.old_bits = _bits(model, [w for p in usable for w in corpus_windows(
-                encode(old_tok, p), prefix, window, 1 << 62)], len(prefix))
+                encode(old_tok, p), prefix, window)], len(prefix))
 
     say(f"expanded model ({new})")
     with loaded_model(new, device, kind) as model:
@@ -756,7 +756,7 @@ def _run_models(base: Path, new: Path, kind: ModelKind, device: str, old_tok, ne
             say("sampling")
             m.sampling = sampling_check(model, old_tok, n, new_token_ids, seed, window)
             m.new_bits = _bits(model, [w for p in usable for w in corpus_windows(
-                encode(new_tok, p), prefix, window, 1 << 62)], len(prefix), n)
+                encode(new_tok, p), prefix, window)], len(prefix), n)
     return m
 
 
