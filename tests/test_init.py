@@ -1,4 +1,4 @@
-"""The init strategies' math: exact means, streamed covariance, the non-PD fallback, the KL bound."""
+"""The init strategies' math: streamed means and covariance, the non-PD fallback, the KL bound."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from vocabsurgeon.errors import InputError
 from vocabsurgeon.init import (
-    STRATEGIES, InitContext, accumulate_stats, encode_rows, factor_covariance, get_strategy, kl_bound, mean_noise,
+    F32_SUM_ROWS, STRATEGIES, InitContext, accumulate_stats, encode_rows, factor_covariance, get_strategy, kl_bound,
+    mean_noise,
 )
 
 
@@ -24,25 +25,73 @@ def rng(seed=0):
     return np.random.default_rng(seed)
 
 
+U32 = 2.0**-24  # unit roundoff of float32
+
+
+def mean_bound(x):
+    """Worst-case error of `accumulate_stats`'s mean of float32 rows x, per column: float32 block sums of at
+    most F32_SUM_ROWS rows are each off by at most (F32_SUM_ROWS - 1) * u * (their column's absolute sum), the
+    float64 total of the block sums by less than rows * 2**-53 of it. Rigorous, so it never flakes; loose (1.5e-5)."""
+    a = np.abs(np.asarray(x, dtype=np.float64)).mean(0)
+    return ((F32_SUM_ROWS - 1) * U32 + len(x) * 2.0**-53) * a + 1e-300
+
+
+def assert_mean_close(got, x, want=None):
+    """The mean of float32 rows within 1e-6 of the mean absolute value of each column: 15x tighter than the
+    worst case (`mean_bound`), since rounding errors of a block sum are not all of one sign: on zero-centred
+    rows like embeddings they stay near u * sqrt(rows per block) <= 1e-6 (measured 2e-9 on a 128256 x 4096
+    bf16 matrix). Still far below the rounding of the new row to bf16 (up to 2**-8 relative)."""
+    x = np.asarray(x, dtype=np.float64)
+    want = x.mean(0) if want is None else want
+    err = np.abs(got - want)
+    tol = 1e-6 * np.abs(x).mean(0) + 1e-300
+    assert (err <= tol).all(), f"max error {(err / tol).max():.3g} x the tolerance"
+
+
 @settings(max_examples=25, deadline=None)
 @given(n=st.integers(2, 70), d=st.integers(1, 9), chunk=st.integers(1, 20), seed=st.integers(0, 10**6),
        offset=st.floats(-1e3, 1e3))
 def test_streamed_stats_match_the_full_computation(n, d, chunk, seed, offset):
     x = rng(seed).standard_normal((n, d)) * 3 + offset
+    x32 = x.astype(np.float32)
     for precision in ("float32", "float64"):
         s = accumulate_stats(chunks(x, chunk), cov=True, precision=precision)
         assert s.n == n
-        np.testing.assert_allclose(s.mean, x.mean(0), rtol=1e-12, atol=1e-9)
+        np.testing.assert_allclose(s.mean, x.mean(0), rtol=1e-12, atol=1e-9)  # float64 rows: float64 sums
+        s32 = accumulate_stats(chunks(x32, chunk), cov=False, precision=precision)
+        assert s32.n == n
+        assert (np.abs(s32.mean - x32.astype(np.float64).mean(0)) <= mean_bound(x32)).all()
         ref = np.cov(x.T, bias=True).reshape(d, d)
         tol = 1e-10 if precision == "float64" else 1e-5
         np.testing.assert_allclose(s.cov, ref, rtol=tol, atol=tol * (1 + np.abs(ref).max()))
 
 
-def test_mean_of_bf16_rows_matches_torch_float64():
-    x = (torch.randn(1000, 16) * 0.02).to(torch.bfloat16)
+@pytest.mark.parametrize("chunk", [77, 1000, 3 * F32_SUM_ROWS + 5])
+def test_mean_of_bf16_rows_matches_torch_float64(chunk):
+    # Chunks longer than F32_SUM_ROWS are summed in blocks (and a remainder) of float32.
+    g = torch.Generator().manual_seed(chunk)
+    x = (torch.randn(3000, 16, generator=g) * 0.02).to(torch.bfloat16)
     as_f32 = x.float().numpy()
-    s = accumulate_stats(chunks(as_f32, 77), cov=False)
-    np.testing.assert_allclose(s.mean, x.double().mean(0).numpy(), rtol=1e-12, atol=1e-15)
+    s = accumulate_stats(chunks(as_f32, chunk), cov=False)
+    assert s.n == 3000
+    assert_mean_close(s.mean, as_f32, x.double().mean(0).numpy())
+
+
+def test_float32_block_sums_stay_within_the_worst_case_bound_on_adversarial_rows():
+    # Many equal values with low bits: once a float32 running sum passes 2**13 its ulp (2**-10) swallows their
+    # 2**-12, so one float32 sum over a long chunk drifts far; blocks of F32_SUM_ROWS never grow that large.
+    x = np.full((1 << 16, 2), 1 + 2**-12, dtype=np.float32)
+    want = x.astype(np.float64).mean(0)
+    s = accumulate_stats([x], cov=False)
+    assert (np.abs(s.mean - want) <= mean_bound(x)).all()
+    assert np.abs(x.sum(0, dtype=np.float32) / x.shape[0] - want).max() > 10 * mean_bound(x).max()  # unblocked
+
+
+def test_stats_are_deterministic():
+    # Same rows, same chunks: the same bits (what `add --seed` relies on for byte-identical outputs).
+    x = (rng(11).standard_normal((2000, 33)) * 0.02).astype(np.float32)
+    a = [accumulate_stats(chunks(x, c), cov=True) for c in (300, 300)]
+    assert np.array_equal(a[0].mean, a[1].mean) and np.array_equal(a[0].cov, a[1].cov)
 
 
 @pytest.mark.parametrize("st_dtype,torch_dtype", [("BF16", torch.bfloat16), ("F16", torch.float16),
@@ -106,13 +155,48 @@ def test_seeded_strategies_are_deterministic():
         assert np.array_equal(rows[0], rows[1]), name
 
 
-def test_nan_rows_are_refused_when_averaging_and_skipped_otherwise():
-    x = rng(7).standard_normal((10, 3))
-    x[7, 1] = np.nan
-    with pytest.raises(InputError, match="row 7 holds NaN or Inf"):
-        accumulate_stats(chunks(x, 4), cov=False, name="emb")
-    s = accumulate_stats(chunks(x, 4), cov=False, strict=False)
-    assert s.n == 9 and np.isfinite(s.mean).all()
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_nan_rows_are_refused_when_averaging_and_skipped_otherwise(dtype, bad):
+    x = rng(7).standard_normal((1000, 3)).astype(dtype)
+    x[7, 1] = x[700, 2] = x[701, 0] = bad
+    for size in (4, 600, 1000):  # chunks of fewer and more rows than F32_SUM_ROWS
+        with pytest.raises(InputError, match="tensor 'emb' row 7 holds NaN or Inf"):
+            accumulate_stats(chunks(x, size), cov=False, name="emb")
+        with pytest.raises(InputError, match="tensor 'emb' row 600 holds NaN or Inf"):  # counted across chunks
+            accumulate_stats(chunks(x[100:], size), cov=False, name="emb")
+        s = accumulate_stats(chunks(x, size), cov=False, strict=False)
+        keep = np.ones(1000, bool)
+        keep[[7, 700, 701]] = False
+        assert s.n == 997 and np.isfinite(s.mean).all()
+        assert_mean_close(s.mean, x[keep])
+
+
+def test_a_float32_sum_that_overflows_on_finite_rows_is_redone_in_float64(caplog):
+    # Rows near float32's maximum: every row is finite, but a float32 sum of two of them overflows to Inf.
+    # That is neither an error nor a dropped row: the chunk is summed again in float64.
+    big = np.finfo(np.float32).max
+    x = (rng(12).standard_normal((1000, 5)) * 0.02).astype(np.float32)
+    x[300:310] = big * np.sign(rng(13).standard_normal((10, 5))).astype(np.float32)
+    x[305, 0] = x[306, 0] = big  # at least one column overflows
+    x[900, :] = -big
+    x[901, :] = -big
+    for size in (64, 256, 1000):
+        with np.errstate(over="ignore"):
+            assert any(np.isinf(c.sum(0)).any() for c in chunks(x, size)), "the case under test: a float32 overflow"
+        with caplog.at_level("WARNING"):
+            s = accumulate_stats(chunks(x, size), cov=False, name="emb")
+        assert not caplog.records
+        assert s.n == 1000 and np.isfinite(s.mean).all()
+        assert (np.abs(s.mean - x.astype(np.float64).mean(0)) <= mean_bound(x)).all()
+    # And a NaN in a chunk that also overflows is still found by its row.
+    x[302, 3] = np.nan
+    with pytest.raises(InputError, match="tensor 'emb' row 302 holds NaN or Inf"):
+        accumulate_stats(chunks(x, 256), cov=False, name="emb")
+    s = accumulate_stats(chunks(x, 256), cov=False, strict=False)
+    keep = np.arange(1000) != 302
+    assert s.n == 999 and np.isfinite(s.mean).all()
+    assert (np.abs(s.mean - x[keep].astype(np.float64).mean(0)) <= mean_bound(x[keep])).all()
 
 
 def test_unknown_strategy_message():
@@ -231,17 +315,18 @@ def test_many_new_rows_stay_in_blocks(monkeypatch):
     assert max(biggest) <= init.BLOCK_BYTES
 
 
-def test_stats_of_streamed_bf16_rows_are_exact_and_non_finite_rows_are_found_in_the_raw_bits(tmp_path):
+def test_stats_of_streamed_bf16_rows_are_close_and_non_finite_rows_are_found_in_the_raw_bits(tmp_path):
     from safetensors.torch import save_file
 
     from vocabsurgeon.checkpoint import Checkpoint
 
-    x = (torch.randn(3000, 24) * 0.02).to(torch.bfloat16)
+    x = (torch.randn(3000, 24, generator=torch.Generator().manual_seed(0)) * 0.02).to(torch.bfloat16)
     (tmp_path / "config.json").write_text("{}")
     save_file({"w": x}, str(tmp_path / "model.safetensors"))
     ck = Checkpoint.open(tmp_path)
-    s = accumulate_stats(ck.stream_rows("w", chunk_bytes=1000), cov=False)
-    np.testing.assert_allclose(s.mean, x.double().mean(0).numpy(), rtol=1e-12, atol=1e-15)
+    for chunk_bytes in (1000, 1 << 20):  # 20 rows a chunk, and every row in one chunk (blocks of F32_SUM_ROWS)
+        s = accumulate_stats(ck.stream_rows("w", chunk_bytes=chunk_bytes), cov=False)
+        assert_mean_close(s.mean, x.float().numpy(), x.double().mean(0).numpy())
     # bf16 NaN and Inf are "exponent all ones": quiet and signalling NaN payloads, both signs.
     raw = x.view(torch.int16).numpy().view(np.uint16).copy()
     for bits, row in ((0x7FC0, 2999), (0x7F81, 1234), (0xFFC1, 17), (0x7F80, 600), (0xFF80, 0)):
@@ -256,11 +341,25 @@ def test_stats_of_streamed_bf16_rows_are_exact_and_non_finite_rows_are_found_in_
         keep = np.ones(3000, bool)
         keep[row] = False
         assert s.n == 2999
-        np.testing.assert_allclose(s.mean, x.double().numpy()[keep].mean(0), rtol=1e-12, atol=1e-15)
+        assert_mean_close(s.mean, x.float().numpy()[keep])
 
 
-def test_huge_finite_values_are_not_mistaken_for_inf():
-    # float32 sums of two rows at float32's maximum overflow; the float64 sums used here do not.
-    x = np.full((4, 3), np.finfo(np.float32).max, dtype=np.float32)
+def test_huge_finite_values_are_not_mistaken_for_inf(tmp_path):
+    # float32 sums of two rows at float32's maximum overflow; such a chunk is summed again in float64.
+    big = np.finfo(np.float32).max
+    x = np.full((4, 3), big, dtype=np.float32)
     s = accumulate_stats([x], cov=False)
-    assert s.n == 4 and np.allclose(s.mean, np.finfo(np.float32).max)
+    assert s.n == 4 and np.allclose(s.mean, big, rtol=1e-15)
+    # The same through `stream_rows` of a bf16 checkpoint: bf16's maximum is near float32's.
+    from safetensors.torch import save_file
+
+    from vocabsurgeon.checkpoint import Checkpoint
+
+    w = torch.full((600, 8), torch.finfo(torch.bfloat16).max, dtype=torch.bfloat16)
+    w[::2] *= -1
+    w[1::4] = 0.5
+    (tmp_path / "config.json").write_text("{}")
+    save_file({"w": w}, str(tmp_path / "model.safetensors"))
+    s = accumulate_stats(Checkpoint.open(tmp_path).stream_rows("w"), cov=False, name="w")
+    assert s.n == 600 and np.isfinite(s.mean).all()
+    np.testing.assert_allclose(s.mean, w.double().mean(0).numpy(), rtol=1e-12)
