@@ -5,12 +5,20 @@ the base is a Hub repo (the Hub rejects a `base_model` that is not a repo id, so
 named in the text only). The body is written anew: base model and revision, the tokens (listed
 when few, else counted with the full list in `added_tokens.txt`), the init of every matrix, seed,
 eps, tool version, and the validation figures when validation ran.
+
+The card written by `add` is rendered without `huggingface_hub.ModelCard`: importing
+`huggingface_hub.repocard` imports `hf_api`, 0.25-0.35 s (`python -X importtime`) on top of
+`repocard_data` and `yaml` (0.03-0.06 s), which are all the rendering needs. In `add` of the
+gpt2-tiny fixture, `write_model_card` took 0.24 s with `ModelCard`, 0.035 s without: most of the
+run. `model_card_text` gives the text that `ModelCard(...).save()` wrote, byte for byte
+(tests/test_modelcard.py compares them); `model_card` still returns a `ModelCard`.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -19,6 +27,50 @@ CARD_NAME = "README.md"
 TOKENS_LIST_NAME = "added_tokens.txt"
 MAX_LISTED = 40  # words listed in the card; more go to TOKENS_LIST_NAME
 TAG = "vocabsurgeon"
+# huggingface_hub.repocard.REGEX_YAML_BLOCK (copied: importing that module costs 0.3 s), the
+# metadata block at the top of a card; tests/test_modelcard.py checks that they stay the same.
+REGEX_YAML_BLOCK = re.compile(r"^(\s*---(?:\r\n|\r|\n))([\S\s]*?)((?:\r\n|\r|\n)---[ \t]*(\r\n|\n|$))")
+
+
+def _split_card(content: str) -> tuple[dict, str]:
+    """The metadata and the Markdown body of a card, parsed as `RepoCard(content)` parses them.
+
+    Raises:
+        yaml.YAMLError: when the metadata block is not YAML.
+        ValueError: when it is not a mapping.
+    """
+    import yaml
+
+    match = REGEX_YAML_BLOCK.search(content)
+    if not match:
+        return {}, content
+    data = yaml.safe_load(match.group(2))
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ValueError("repo card metadata block should be a dict")  # noqa: TRY004 (huggingface_hub's error)
+    return data, content[match.end():]
+
+
+def _line_ending(content: str) -> str:
+    """The line ending of a card, as huggingface_hub.repocard._detect_line_ending finds it (LF when none)."""
+    cr, lf, crlf = content.count("\r"), content.count("\n"), content.count("\r\n")
+    if cr + lf == 0:
+        return "\n"
+    if crlf == cr and crlf == lf:
+        return "\r\n"
+    return "\r" if cr > lf else "\n"
+
+
+def _as_saved(content: str) -> str:
+    """The text `ModelCard(content).save()` writes (`str(ModelCard(content))`): the metadata parsed
+    and dumped again in its key order, with the line ending of `content`, then the body."""
+    from huggingface_hub.repocard_data import ModelCardData
+
+    meta, body = _split_card(content)
+    line_break = _line_ending(content)
+    yaml_text = ModelCardData(**meta).to_yaml(line_break=line_break, original_order=list(meta))
+    return f"---{line_break}{yaml_text}{line_break}---{line_break}{body}"
 
 
 def _words(summary: dict) -> list[dict]:
@@ -111,6 +163,23 @@ def model_card(summary: dict, report: dict | None = None, *, base_card: str | No
                plot: str | None = None, tokens_file: str | None = None):
     """Build the model card of an `add` output as a `huggingface_hub.ModelCard`.
 
+    Its text (`str(card)`) is `model_card_text(...)`, which `write_model_card` writes without
+    importing `huggingface_hub.repocard`. The arguments are those of `model_card_text`.
+
+    Example:
+        >>> card = model_card({"added": [], "input": "ckpt", "tool": "vocabsurgeon 0.1.0"})
+        >>> "vocabsurgeon" in card.data.tags
+        True
+    """
+    from huggingface_hub import ModelCard
+
+    return ModelCard(_card_source(summary, report, base_card=base_card, plot=plot, tokens_file=tokens_file))
+
+
+def model_card_text(summary: dict, report: dict | None = None, *, base_card: str | None = None,
+                    plot: str | None = None, tokens_file: str | None = None) -> str:
+    """The text of the model card of an `add` output: what `model_card(...).save()` writes.
+
     Args:
         summary: `AddResult.to_dict()` or `Plan.to_dict()` (with `tool`).
         report: the validation report, when validation ran.
@@ -119,16 +188,23 @@ def model_card(summary: dict, report: dict | None = None, *, base_card: str | No
         tokens_file: the name of the file listing every new token, when the list is too long.
 
     Example:
-        >>> card = model_card({"added": [], "input": "ckpt", "tool": "vocabsurgeon 0.1.0"})
-        >>> "vocabsurgeon" in card.data.tags
-        True
+        >>> text = model_card_text({"added": [], "input": "ckpt", "tool": "vocabsurgeon 0.1.0"})
+        >>> print(text.split("---")[1].strip())
+        tags:
+        - vocabsurgeon
     """
-    from huggingface_hub import ModelCard, ModelCardData
+    return _as_saved(_card_source(summary, report, base_card=base_card, plot=plot, tokens_file=tokens_file))
+
+
+def _card_source(summary: dict, report: dict | None = None, *, base_card: str | None = None,
+                 plot: str | None = None, tokens_file: str | None = None) -> str:
+    """The card as assembled (the metadata as YAML, then the body), before `ModelCard` re-renders it."""
+    from huggingface_hub.repocard_data import ModelCardData
 
     meta: dict = {}
     if base_card:
-        try:
-            meta = ModelCard(base_card, ignore_metadata_errors=True).data.to_dict()
+        try:  # what ModelCard(base_card, ignore_metadata_errors=True).data.to_dict() gives
+            meta = ModelCardData(**_split_card(base_card)[0], ignore_metadata_errors=True).to_dict()
         except Exception as e:  # malformed YAML in a stranger's card: keep going without it
             logger.warning("the base model card's metadata cannot be read (%s); it is not carried over", e)
     base_text, repo = _base_line(summary)
@@ -183,7 +259,7 @@ def model_card(summary: dict, report: dict | None = None, *, base_card: str | No
     if notes:
         lines += ["Notes:", ""] + [f"- {n}" for n in notes] + [""]
     lines += _validation_section(report, plot)
-    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines))
+    return f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines)
 
 
 def write_model_card(out: str | os.PathLike, summary: dict, report: dict | None = None, *,
@@ -215,6 +291,9 @@ def write_model_card(out: str | os.PathLike, summary: dict, report: dict | None 
             plot_rel = Path(plot).resolve().relative_to(out.resolve()).as_posix()
         except ValueError:
             logger.info("the plot %s is outside %s; it is not embedded in the model card", plot, out)
-    card = model_card(summary, report, base_card=base_card, plot=plot_rel, tokens_file=tokens_file)
-    card.save(card_path)
+    # Not model_card(...).save(): importing ModelCard costs 0.3 s (see the module docstring).
+    text = model_card_text(summary, report, base_card=base_card, plot=plot_rel, tokens_file=tokens_file)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(card_path, "w", newline="", encoding="utf-8") as f:  # as ModelCard.save: line endings kept
+        f.write(text)
     return card_path
