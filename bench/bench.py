@@ -323,23 +323,39 @@ def transformers_way(src: str, out: str, tokens_file: str) -> None:
 
 
 def floor(src: str, out: str, link: bool) -> None:
-    """The physical floor: copy (copy_file_range) the shards that hold vocabulary tensors, fsync them
-    as vocabsurgeon does; hard-link (or copy) the other shards; copy the small files."""
+    """The physical floor: copy (copy_file_range) the shards that hold vocabulary tensors, hard-link
+    (or copy) the other shards, copy the small files; and flush every file to disk as vocabsurgeon
+    does, each in a background thread as soon as it is written, so that flushing overlaps copying."""
+    import queue
+    import threading
+
     srcp, outp = Path(src), Path(out)
     outp.mkdir(parents=True)
     index = json.loads((srcp / "model.safetensors.index.json").read_text())
     vocab_files = {index["weight_map"][n] for n in ("model.embed_tokens.weight", "lm_head.weight")}
-    for p in sorted(srcp.iterdir()):
+    flush: queue.Queue = queue.Queue()
+
+    def flusher() -> None:
+        while (path := flush.get()) is not None:
+            fd = os.open(path, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+
+    t = threading.Thread(target=flusher)
+    t.start()
+    for p in sorted(srcp.iterdir(), key=lambda p: (p.name not in vocab_files, p.name)):
         dst = outp / p.name
         if p.suffix == ".safetensors" and p.name not in vocab_files and link:
             os.link(p, dst)
-            continue
-        with open(p, "rb") as fi, open(dst, "wb") as fo:
-            left = os.fstat(fi.fileno()).st_size
-            while left:
-                left -= os.copy_file_range(fi.fileno(), fo.fileno(), min(left, 1 << 30))
-            if p.name in vocab_files:
-                os.fsync(fo.fileno())
+        else:
+            with open(p, "rb") as fi, open(dst, "wb") as fo:
+                left = os.fstat(fi.fileno()).st_size
+                while left:
+                    left -= os.copy_file_range(fi.fileno(), fo.fileno(), min(left, 1 << 30))
+        flush.put(dst)
+    flush.put(outp)
+    flush.put(None)
+    t.join()
 
 
 def machine() -> dict:

@@ -27,8 +27,8 @@ T0 = time.perf_counter()
 import vocabsurgeon.surgery as surgery  # noqa: E402
 import vocabsurgeon.writer as writer  # noqa: E402
 
-STEPS = ("plan_add", "copy_old_bytes", "copy_file", "_all_new_rows", "write_rows", "_write_metadata_files",
-         "_copy_other_files", "write_model_card", "verify_tokenizer", "_verify", "_old_rows_kept")
+STEPS = ("plan_tokens", "copy_old_bytes", "copy_file", "_all_new_rows", "write_rows", "_write_metadata_files",
+         "_copy_other_files", "write_model_card", "verify_tokenizer", "_verify_rows", "_verify", "_old_rows_kept")
 log: list[tuple[str, str, float, float]] = []
 
 
@@ -48,27 +48,14 @@ def _free_copy() -> None:
 
     from vocabsurgeon.checkpoint import same_bytes
 
-    def copy_nothing(src, layout, dst, progress=None):
-        with open(dst, "wb", buffering=0) as fo:
-            fo.write(layout.head)
-            os.ftruncate(fo.fileno(), layout.size)
+    def copy_nothing(src, layout, dst, progress=None, names=None):
+        os.close(os.open(dst, os.O_WRONLY | os.O_CREAT, 0o644))  # write_rows extends it, sparse
 
     def kept_self(src, t, dst, dst_start, g):
         return same_bytes(src, t.start, src, t.start, t.nbytes)
 
     surgery.copy_old_bytes = copy_nothing
     surgery._old_rows_kept = kept_self
-    real_apply = surgery.apply
-
-    def apply(plan, out, *args, **kwargs):
-        result = real_apply(plan, out, *args, **kwargs)
-        written.append(out)  # only what this run wrote
-        return result
-
-    surgery.apply = apply  # the CLI imports it at call time
-
-
-written: list = []  # the output directory of a --free-copy run: holes instead of weights, removed
 
 
 def main() -> None:
@@ -92,10 +79,10 @@ def main() -> None:
     for name, thread, start, seconds in sorted(log, key=lambda r: r[2]):
         print(f"{name:24s} {thread[:20]:20s} {start:8.3f} {seconds:8.3f}", file=sys.stderr)
     print(f"{'total':24s} {'':20s} {0:8.3f} {time.perf_counter() - T0:8.3f}", file=sys.stderr)
-    if written:
+    if free:  # the output directory of a --free-copy run has holes instead of weights: removed
         import shutil
 
-        shutil.rmtree(written[0], ignore_errors=True)
+        shutil.rmtree(sys.argv[-1], ignore_errors=True)
     sys.exit(code)
 
 

@@ -220,7 +220,7 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
 
     \b
     Init strategies (--init, --init-input, --init-output):
-      mean          exact mean of the old rows; KL(p_old||p_new) <= log(1 + k/n) (default)
+      mean          mean of the old rows; KL(p_old||p_new) <= log(1 + k/n) (default)
       mean-noise    N(mu, eps*Sigma), Sigma the rows' covariance (GPU when present)
       subword-mean  mean of the rows of the word's pieces under the old tokenizer
       zeros, random the transformers defaults; dangerous on some models
@@ -234,7 +234,7 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
       vocabsurgeon add --tokens lotr.txt --push-to me/gpt2-lotr --create-pr openai-community/gpt2 out/
     """
     from .errors import InputError
-    from .surgery import AddOptions, apply, plan_add
+    from .surgery import AddJob, AddOptions, open_target, plan_tokens
     from .writer import check_output_path
     from .tokenizer import read_tokens_file
 
@@ -261,26 +261,30 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
         link=link, force=force, device=device, embedding_key=embedding_key, lm_head_key=lm_head_key,
         pad_to_multiple_of=pad_to_multiple_of, reuse_reserved=reuse_reserved,
     )
-    plan = plan_add(src, tokens, options, revision=revision, token=hf_token)
+    target = open_target(src, options, revision=revision, token=hf_token)
     quiet = is_quiet(ctx)
     if dry_run:
+        plan = plan_tokens(target, tokens)
         if as_json:
             _emit({"dry_run": True, **plan.to_dict()})
         else:
             click.echo(plan.describe())
         return
-    if not plan.tokens.new:
-        raise InputError("every token is already in the vocabulary; nothing to add (see --dry-run for details)")
-    check_output_path(plan.src, Path(out), force)  # before any output, so a refusal is the only line
-    if not quiet and not as_json:
-        click.echo(plan.describe(), err=True)
+    check_output_path(target.src, Path(out), force)  # before any output, so a refusal is the only line
 
     from tqdm.auto import tqdm
 
-    total = plan.to_dict()["bytes_to_write"]
-    with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="writing",
-              disable=True if quiet else None, file=sys.stderr) as bar:
-        result = apply(plan, out, progress=bar.update)
+    # The shards start copying now, while the tokens are planned (see AddJob).
+    with AddJob(target, out) as job:
+        plan = job.plan(tokens)
+        if not plan.tokens.new:
+            raise InputError("every token is already in the vocabulary; nothing to add (see --dry-run for details)")
+        if not quiet and not as_json:
+            click.echo(plan.describe(), err=True)
+        with tqdm(total=plan.to_dict()["bytes_to_write"], unit="B", unit_scale=True, unit_divisor=1024,
+                  desc="writing", disable=True if quiet else None, file=sys.stderr) as bar:
+            job.progress = bar.update
+            result = job.finish()
     # Validation: the report goes into OUT; on failure OUT stays and ValidationFailed exits 3.
     report = None if no_validate else _validate_added(ctx, result, as_json, device=device, seed=seed, **validation)
     summary = result.to_dict()

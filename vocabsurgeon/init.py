@@ -257,7 +257,7 @@ STRATEGIES: dict[str, Strategy] = {
     s.name: s
     for s in (
         Strategy("mean", mean, False,
-                 "the exact mean of the old rows; bounds KL(p_old||p_new) <= log(1 + k/n) for every prefix",
+                 "the mean of the old rows; bounds KL(p_old||p_new) <= log(1 + k/n) for every prefix",
                  constant=True),
         Strategy("mean-noise", mean_noise, True,
                  "N(mu, eps*Sigma), Sigma the old rows' covariance (Hewitt); rows differ, KL stays near the bound"),

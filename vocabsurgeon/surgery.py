@@ -13,6 +13,7 @@ import math
 import os
 import shutil
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -23,14 +24,15 @@ import numpy as np
 
 from . import __version__
 from .architectures import VocabLayout, detect, text_config
-from .checkpoint import FLOAT_DTYPES, INDEX_NAME, Checkpoint, same_bytes
+from .checkpoint import FLOAT_DTYPES, INDEX_NAME, Checkpoint, read_header, same_bytes
 from .errors import InputError, VocabSurgeonError, WriteError
 from .hub import Source, resolve_checkpoint
 from .modelcard import write_model_card
 from .init import DEFAULT_EPS, InitContext, NewRows, accumulate_stats, get_strategy, kl_bound, resolve_device
 from .tokenizer import STALE_SLOW_FILES, TOKENIZER_CONFIG, TOKENIZER_FILE, TokenizerEditor, TokenizerPlan, verify_tokenizer
 from .writer import (
-    GrownTensor, check_output_path, copy_file, copy_old_bytes, layout_shard, staging, write_json, write_rows,
+    GrownTensor, Syncer, check_output_path, copy_file, copy_old_bytes, final_layout, reserve_layout, staging,
+    write_json, write_rows,
 )
 
 logger = logging.getLogger(__name__)
@@ -58,21 +60,41 @@ class AddOptions:
 
 
 @dataclass
-class Plan:
-    """What `add` will do; `to_dict()` is the --dry-run / --json view."""
+class Target:
+    """What `add` knows before reading the tokenizer: the checkpoint, its vocabulary tensors and the
+    options. Enough to lay out and start copying every shard (`AddJob`)."""
 
     src: Path
     ckpt: Checkpoint
     layout: VocabLayout
+    options: AddOptions
+    source: Source | None = None  # where src came from (a Hub repo id and commit), for the model card
+
+    @property
+    def vocab_files(self) -> list[str]:
+        """Shard files that hold vocabulary tensors, in checkpoint order."""
+        files = {self.ckpt.tensors[n].file for n in self.layout.all_tensors}
+        return [f for f in self.ckpt.shards if f in files]
+
+
+@dataclass
+class Plan:
+    """What `add` will do; `to_dict()` is the --dry-run / --json view."""
+
+    target: Target
     editor: TokenizerEditor
     tokens: TokenizerPlan
-    options: AddOptions
     rows_before: int
     rows_after: int
     rewrite: list[str]  # shard files that hold vocabulary tensors
     copy: list[str]  # shard files copied untouched
     dropped: list[str] = field(default_factory=list)  # stale slow-tokenizer files left out
-    source: Source | None = None  # where src came from (a Hub repo id and commit), for the model card
+
+    src = property(lambda self: self.target.src)
+    ckpt = property(lambda self: self.target.ckpt)
+    layout = property(lambda self: self.target.layout)
+    options = property(lambda self: self.target.options)
+    source = property(lambda self: self.target.source)
 
     @property
     def k(self) -> int:
@@ -155,25 +177,24 @@ class Plan:
         return "\n".join(lines)
 
 
-def plan_add(src: str | os.PathLike, tokens: list[str], options: AddOptions | None = None, *,
-             revision: str | None = None, token: str | None = None) -> Plan:
-    """Open the checkpoint and tokenizer and decide every change; reads headers only.
+def open_target(src: str | os.PathLike, options: AddOptions | None = None, *, revision: str | None = None,
+                token: str | None = None) -> Target:
+    """Open the checkpoint and find its vocabulary tensors; reads headers and config only.
 
     `src` is a checkpoint directory, or a Hub repo id (`org/name`, at `revision`) whose safetensors
     checkpoint is downloaded into the Hub cache first; a local directory wins over a repo id.
 
     Raises:
-        InputError: for anything about the input that cannot be used, before any byte is written.
+        InputError: for anything about the checkpoint or the options that cannot be used.
     """
     options = options or AddOptions()
     source = resolve_checkpoint(src, revision=revision, token=token)
-    src = source.path
     for s in {options.init, options.init_input, options.init_output} - {None}:
         get_strategy(s)
     if options.pad_to_multiple_of is not None and options.pad_to_multiple_of < 1:
         raise InputError("--pad-to-multiple-of must be a positive integer")
-    _refuse_remote_code(Path(src))
-    ckpt = Checkpoint.open(src)
+    _refuse_remote_code(Path(source.path))
+    ckpt = Checkpoint.open(source.path)
     layout = detect(ckpt, options.embedding_key, options.lm_head_key)
     inp, outp = options.init_input or options.init, options.init_output or options.init
     if layout.tied:
@@ -183,18 +204,27 @@ def plan_add(src: str | os.PathLike, tokens: list[str], options: AddOptions | No
                 f"--init-output {options.init_output} cannot differ; pass one --init"
             )
         inp = outp = options.init_input or options.init_output or options.init
-    options = replace(options, init_input=inp, init_output=outp)
-    editor = TokenizerEditor(ckpt.path)
-    if editor.size > layout.rows:
-        raise InputError(
-            f"{ckpt.path / TOKENIZER_FILE}: the tokenizer has ids up to {editor.size - 1}, but '{layout.embedding}' "
-            f"has only {layout.rows} rows; tokenizer and weights disagree, refusing to guess"
-        )
     cfg_vocab = text_config(ckpt.config).get("vocab_size")
     if isinstance(cfg_vocab, int) and cfg_vocab != layout.rows:
         raise InputError(
             f"{ckpt.path / 'config.json'}: vocab_size is {cfg_vocab}, but '{layout.embedding}' has {layout.rows} "
             "rows; config and weights disagree, refusing to guess"
+        )
+    return Target(Path(source.path), ckpt, layout, replace(options, init_input=inp, init_output=outp), source)
+
+
+def plan_tokens(target: Target, tokens: list[str]) -> Plan:
+    """Read the tokenizer and decide every change `tokens` make to `target`.
+
+    Raises:
+        InputError: a tokenizer that cannot be used, or tokens that cannot be added.
+    """
+    ckpt, layout, options = target.ckpt, target.layout, target.options
+    editor = TokenizerEditor(ckpt.path)
+    if editor.size > layout.rows:
+        raise InputError(
+            f"{ckpt.path / TOKENIZER_FILE}: the tokenizer has ids up to {editor.size - 1}, but '{layout.embedding}' "
+            f"has only {layout.rows} rows; tokenizer and weights disagree, refusing to guess"
         )
     # New ids start after the last row: rows past the tokenizer (padding, reserved) keep their values.
     reuse = editor.reusable_ids(layout.rows) if options.reuse_reserved else None
@@ -208,11 +238,20 @@ def plan_add(src: str | os.PathLike, tokens: list[str], options: AddOptions | No
     if tplan.new and options.pad_to_multiple_of:
         m = options.pad_to_multiple_of
         rows_after = math.ceil(rows_after / m) * m
-    vocab_files = {ckpt.tensors[n].file for n in layout.all_tensors}
-    rewrite = [f for f in ckpt.shards if f in vocab_files] if tplan.new else []
+    rewrite = target.vocab_files if tplan.new else []
     copy = [f for f in ckpt.shards if f not in rewrite]
-    return Plan(Path(src), ckpt, layout, editor, tplan, options, layout.rows, rows_after, rewrite, copy, dropped,
-                source)
+    return Plan(target, editor, tplan, layout.rows, rows_after, rewrite, copy, dropped)
+
+
+def plan_add(src: str | os.PathLike, tokens: list[str], options: AddOptions | None = None, *,
+             revision: str | None = None, token: str | None = None) -> Plan:
+    """Open the checkpoint and tokenizer and decide every change; reads headers only. `src`,
+    `revision` and `token` as in `open_target`.
+
+    Raises:
+        InputError: for anything about the input that cannot be used, before any byte is written.
+    """
+    return plan_tokens(open_target(src, options, revision=revision, token=token), tokens)
 
 
 def _refuse_remote_code(src: Path) -> None:
@@ -265,63 +304,180 @@ def _new_rows(plan: Plan, name: str, device, gen_seed: int, notes: dict) -> NewR
     return NewRows(k, ctx.hidden, strategy, ctx, gen_seed, stats.mean, from_strategy=n_tok)
 
 
-def apply(plan: Plan, out: str | os.PathLike, progress: Callable[[int], None] | None = None) -> AddResult:
-    """Write the planned checkpoint to `out` atomically and verify it; returns what was done.
+class AddJob:
+    """One `add` under way, from the checkpoint's headers to the renamed output directory.
 
-    Raises:
-        InputError: bad input discovered while reading values (e.g. NaN rows), or an output conflict.
-        VocabSurgeonError: the written checkpoint failed its own verification.
+    Opening it creates the staging directory beside `out` and starts copying, in a second thread:
+    the old bytes of the vocabulary shards first (their places do not depend on how many tokens
+    are added: see `writer.reserve_layout`), then the untouched shards. Meanwhile this thread plans
+    the tokens (`plan`) and computes the new rows (`finish`), so the copy starts before the
+    tokenizer is even read. Leaving the block without `finish()` (an error, an interrupt) stops the
+    copy and removes the staging directory: `out` appears complete or not at all.
+
+        with AddJob(open_target("ckpt/"), "out/") as job:
+            job.plan(["Frodo", "Gandalf"])
+            result = job.finish()
     """
-    progress = progress or (lambda n: None)
-    out = Path(out)
-    t0 = time.perf_counter()
-    check_output_path(plan.src, out, plan.options.force)
-    ckpt, lay, opts = plan.ckpt, plan.layout, plan.options
-    new_shapes = {n: (plan.rows_after, *ckpt.tensors[n].shape[1:]) for n in lay.all_tensors} if plan.k else {}
-    methods: dict[str, str] = {}
-    notes: dict[str, str] = {}
-    cancel = threading.Event()
-    interrupted = threading.Event()
 
-    def checked(n: int) -> None:  # progress from the copying thread; stops it when the main thread failed
-        if cancel.is_set():
-            raise _Cancelled
-        progress(n)
-
-    try:
-        with _noting_interrupts(interrupted), staging(out, force=opts.force) as stage:
-            layouts = {f: layout_shard(ckpt.shards[f], {n: s for n, s in new_shapes.items() if ckpt.tensors[n].file == f})
-                       for f in plan.rewrite}
+    def __init__(self, target: Target, out: str | os.PathLike, progress: Callable[[int], None] | None = None):
+        self.target, self.out = target, Path(out)
+        self._progress, self._done, self._lock = progress or (lambda n: None), 0, threading.Lock()
+        self._plan: Plan | None = None
+        self._finished = False
+        self._t0 = time.perf_counter()
+        check_output_path(target.src, self.out, target.options.force)
+        ckpt = target.ckpt
+        self._reserved = {f: reserve_layout(ckpt.shards[f], tuple(n for n in target.layout.all_tensors
+                                                                   if ckpt.tensors[n].file == f))
+                          for f in target.vocab_files}
+        self._methods: dict[str, str] = {}
+        self._cancel = threading.Event()
+        self._interrupted = threading.Event()
+        self._vocab_copied = threading.Event()
+        self._stack = contextlib.ExitStack()
+        try:
+            self._stack.enter_context(_write_errors(self.out))
+            self._stack.enter_context(_noting_interrupts(self._interrupted))
+            self.stage = self._stack.enter_context(staging(self.out, force=target.options.force))
+            self._syncer = Syncer()
+            self._stack.callback(self._syncer.close)
             # Bytes move in a second thread (in the kernel: copy_file_range releases the GIL) while
-            # this one computes the new rows: on two cores the statistics cost almost nothing extra.
-            # A daemon thread, so that an interrupt never waits for a long copy to finish.
-            copying = _Worker(_copy_shards, plan, stage, layouts, methods, checked, interrupted=interrupted)
-            try:
-                grown = _all_new_rows(plan, notes)
-                # Nothing below needs the shards' bytes: done while they are still being copied.
-                _write_metadata_files(plan, stage, grown)
-                _copy_other_files(plan, stage)
-                write_model_card(stage, {**plan.to_dict(), "tool": f"vocabsurgeon {__version__}"})
-                if plan.tokens.new:
-                    verify_tokenizer(stage, plan.tokens)
-                copying.join()
-            except BaseException:
-                cancel.set()
-                copying.join(timeout=5)
+            # this one plans and computes: on two cores the planning costs almost nothing extra.
+            self._copying = _Worker(self._copy_shards, interrupted=self._interrupted)
+        except BaseException:
+            if not self._stack.__exit__(*sys.exc_info()):  # removes the staging directory
                 raise
-            for f, layout in layouts.items():
-                write_rows(stage / f, layout, {n: g for n, g in grown.items() if ckpt.tensors[n].file == f}, progress)
-            _verify(plan, stage, grown)
+
+    def __enter__(self) -> "AddJob":
+        return self
+
+    def __exit__(self, kind, error, tb) -> bool:
+        if kind is None and not self._finished:
+            kind, error, tb = ValueError, ValueError("AddJob left without finish(); nothing was published"), None
+        if kind is not None:
+            self._cancel.set()
+            self._copying.join(timeout=5)
+        # The staging directory is renamed into place, or removed when there was an error.
+        return self._stack.__exit__(kind, error, tb)
+
+    @property
+    def progress(self) -> Callable[[int], None]:
+        """Called with each number of bytes written. Assign a new one at any time (e.g. a progress bar
+        shown once the plan is printed): it is first called with the bytes already written."""
+        return self._progress
+
+    @progress.setter
+    def progress(self, fn: Callable[[int], None]) -> None:
+        with self._lock:
+            if self._done:
+                fn(self._done)
+            self._progress = fn
+
+    def _report(self, n: int) -> None:
+        with self._lock:
+            self._done += n
+            self._progress(n)
+
+    def _checked(self, n: int) -> None:  # progress from the copying thread; stops it when the main thread failed
+        if self._cancel.is_set():
+            raise _Cancelled
+        self._report(n)
+
+    def _copy_shards(self) -> None:
+        """The vocabulary shards' old bytes (at their final places), then every other shard whole."""
+        ckpt, stage = self.target.ckpt, self.stage
+        for f, (layout, placed) in self._reserved.items():
+            copy_old_bytes(ckpt.path / f, layout, stage / f, self._checked, names=placed)
+            self._syncer.submit(stage / f)  # flushed while the next shard is copied
+        self._vocab_copied.set()
+        for f in ckpt.shards:
+            if f not in self._reserved:
+                self._methods[f] = copy_file(ckpt.path / f, stage / f, link=self.target.options.link,
+                                             progress=self._checked)
+                self._syncer.submit(stage / f)
+
+    def plan(self, tokens: list[str]) -> Plan:
+        """Plan `tokens` (see `plan_tokens`) while the copy runs."""
+        return self.use(plan_tokens(self.target, tokens))
+
+    def use(self, plan: Plan) -> Plan:
+        """Take a plan made elsewhere for the same target (`apply`)."""
+        if plan.target is not self.target:
+            raise ValueError("the plan was made for another checkpoint or options")
+        self._plan = plan
+        return plan
+
+    def finish(self) -> AddResult:
+        """Compute and write the new rows and the metadata, verify, flush; the rename into place
+        happens when the `with` block ends.
+
+        Raises:
+            InputError: nothing to add, or bad input discovered while reading values (NaN rows).
+            VocabSurgeonError: the written checkpoint failed its own verification.
+        """
+        plan = self._plan
+        if plan is None:
+            raise ValueError("plan the tokens first: job.plan(tokens)")
+        if not plan.row_ids:
+            raise InputError("every token is already in the vocabulary; nothing to add (see --dry-run for details)")
+        ckpt, stage = plan.ckpt, self.stage
+        notes: dict[str, str] = {}
+        grown = _all_new_rows(plan, notes)
+        # Nothing below needs the shards' bytes: done while they are still being copied.
+        _write_metadata_files(plan, stage, grown)
+        _copy_other_files(plan, stage)
+        write_model_card(stage, {**plan.to_dict(), "tool": f"vocabsurgeon {__version__}"})
+        if plan.tokens.new:
+            verify_tokenizer(stage, plan.tokens)
+        self._copying.wait_for(self._vocab_copied)
+        for f, (reserved, placed) in self._reserved.items():
+            mine = {n: g for n, g in grown.items() if ckpt.tensors[n].file == f}
+            layout = final_layout(reserved, {n: g.shape for n, g in mine.items()})
+            rest = tuple(n for n in reserved.last if n not in placed)
+            if rest:  # a second vocabulary tensor in this shard: its place depended on the first one's rows
+                copy_old_bytes(ckpt.path / f, layout, stage / f, self._report, names=rest)
+            write_rows(stage / f, layout, mine, self._report)
+            self._syncer.submit(stage / f)
+        _verify_rows(plan, stage, grown)
+        self._copying.join()
+        _verify(plan, stage, grown)
+        for p in sorted(stage.rglob("*"), reverse=True):  # files, then the directories that list them
+            if p not in self._syncer.submitted:
+                self._syncer.submit(p)
+        self._syncer.submit(stage)
+        self._syncer.wait(poll=self._copying.check_interrupt)
+        written = sum(p.stat().st_size for p in (stage / f for f in ckpt.shards))
+        seconds = time.perf_counter() - self._t0
+        logger.info("wrote %s in %.2f s", self.out, seconds)
+        self._finished = True
+        return AddResult(self.out, plan, seconds, written, dict(self._methods), notes)
+
+
+@contextlib.contextmanager
+def _write_errors(out: Path):
+    """An OSError while writing becomes one line naming the output and the next step."""
+    try:
+        yield
     except OSError as e:
         where = f" ({e.filename})" if e.filename else ""
         raise WriteError(
             f"{out}: writing failed: {e.strerror or e}{where}; nothing was published. Free space, check "
             "permissions, or choose another output directory"
         ) from e
-    written = sum(layouts[f].size if f in layouts else ckpt.shards[f].size for f in ckpt.shards)
-    seconds = time.perf_counter() - t0
-    logger.info("wrote %s in %.2f s", out, seconds)
-    return AddResult(out, plan, seconds, written, methods, notes)
+
+
+def apply(plan: Plan, out: str | os.PathLike, progress: Callable[[int], None] | None = None) -> AddResult:
+    """Write the planned checkpoint to `out` atomically and verify it; returns what was done.
+    (`add_tokens` and the CLI start copying before planning: see `AddJob`.)
+
+    Raises:
+        InputError: bad input discovered while reading values (e.g. NaN rows), or an output conflict.
+        VocabSurgeonError: the written checkpoint failed its own verification.
+    """
+    with AddJob(plan.target, out, progress) as job:
+        job.use(plan)
+        result = job.finish()
+    return result
 
 
 class _Cancelled(Exception):
@@ -374,30 +530,32 @@ class _Worker(threading.Thread):
         except BaseException as e:  # handed to the main thread by join()
             self._error = e
 
+    def check_interrupt(self) -> None:
+        if self._interrupted.is_set():
+            raise KeyboardInterrupt
+
+    def wait_for(self, event: threading.Event) -> None:
+        """Wait until `event` is set by fn, or fn ends (re-raising its exception); see join()."""
+        while not event.is_set() and self.is_alive():
+            self.check_interrupt()
+            event.wait(0.1)
+        if not event.is_set():
+            self.join()
+            if not event.is_set():
+                raise VocabSurgeonError("internal: the copy ended early; nothing was published")
+
     def join(self, timeout: float | None = None) -> None:
         if timeout is None:
             # Poll instead of one blocking wait: Linux may deliver SIGINT/SIGTERM to this worker
             # thread, and a main thread blocked in a lock never wakes to run the handler, so an
             # interrupt would wait for the whole copy (seen as a hang in the interrupt test).
             while self.is_alive():
-                if self._interrupted.is_set():
-                    raise KeyboardInterrupt
+                self.check_interrupt()
                 super().join(0.1)
             if self._error is not None:
                 raise self._error
         else:
             super().join(timeout)
-
-
-def _copy_shards(plan: Plan, stage: Path, layouts: dict, methods: dict, progress) -> None:
-    """Every shard's old bytes: rewritten shards get their new layout, the others are copied whole."""
-    ckpt = plan.ckpt
-    for f in ckpt.shards:
-        if f in layouts:
-            copy_old_bytes(ckpt.path / f, layouts[f], stage / f, progress)
-            methods[f] = "rewrite"
-        else:
-            methods[f] = copy_file(ckpt.path / f, stage / f, link=plan.options.link, progress=progress)
 
 
 def _all_new_rows(plan: Plan, notes: dict) -> dict[str, GrownTensor]:
@@ -489,9 +647,27 @@ def _old_rows_kept(src: Path, t, dst: Path, dst_start: int, g: GrownTensor) -> b
     return True
 
 
+def _verify_rows(plan: Plan, stage: Path, grown: dict[str, GrownTensor]) -> None:
+    """Re-read the rewritten shards' headers and check that every vocabulary tensor has its new
+    shape and its old rows byte for byte (done while untouched shards may still be copying)."""
+    ckpt = plan.ckpt
+    for f in plan.rewrite:
+        written = {t.name: t for t in read_header(stage / f).tensors}
+        for name, g in grown.items():
+            t = ckpt.tensors[name]
+            if t.file != f:
+                continue
+            o = written.get(name)
+            if o is None or o.shape != g.shape or o.dtype != t.dtype:
+                got = f"{o.dtype}{list(o.shape)}" if o else "nothing"
+                raise VocabSurgeonError(f"internal: tensor '{name}' written as {got}, expected {t.dtype}{list(g.shape)}")
+            if not _old_rows_kept(ckpt.path / t.file, t, stage / f, o.start, g):
+                raise VocabSurgeonError(f"internal: old rows of '{name}' changed while writing; nothing was published")
+
+
 def _verify(plan: Plan, stage: Path, grown: dict[str, GrownTensor]) -> None:
-    """Re-open the written shards and index and check them before calling the job done (the
-    tokenizer is checked by `verify_tokenizer` in `apply`, while the shards are copied)."""
+    """Re-open the whole written checkpoint and check its tensors, shapes and index before calling
+    the job done (old rows: `_verify_rows`; the tokenizer: `verify_tokenizer`)."""
     ckpt = plan.ckpt
     out = Checkpoint.open(stage)
     if set(out.tensors) != set(ckpt.tensors):
@@ -501,8 +677,6 @@ def _verify(plan: Plan, stage: Path, grown: dict[str, GrownTensor]) -> None:
         want_shape = grown[name].shape if name in grown else t.shape
         if o.shape != want_shape or o.dtype != t.dtype:
             raise VocabSurgeonError(f"internal: tensor '{name}' written as {o.dtype}{list(o.shape)}, expected {t.dtype}{list(want_shape)}")
-        if name in grown and not _old_rows_kept(ckpt.path / t.file, t, stage / o.file, o.start, grown[name]):
-            raise VocabSurgeonError(f"internal: old rows of '{name}' changed while writing; nothing was published")
     if out.index is not None and out.index["metadata"]["total_size"] != out.total_size:
         raise VocabSurgeonError("internal: index total_size does not match the shards; nothing was published")
     out.close()
@@ -540,4 +714,8 @@ def add_tokens(
         >>> r.to_dict()["rows_after"] - r.to_dict()["rows_before"]  # doctest: +SKIP
         2
     """
-    return apply(plan_add(src, tokens, AddOptions(**options), revision=revision, token=token), out, progress)
+    target = open_target(src, AddOptions(**options), revision=revision, token=token)
+    with AddJob(target, out, progress) as job:
+        job.plan(tokens)
+        result = job.finish()
+    return result

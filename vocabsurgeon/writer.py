@@ -4,8 +4,11 @@ Shards are written by hand instead of with `safetensors.torch.save_file` because
 every tensor of the shard decoded in memory. Here a rewritten shard is a new header followed by
 byte ranges copied from the input with copy_file_range (in-kernel, no decode), and a grown tensor
 is its old bytes (the old rows are a contiguous prefix in row-major order, so they stay
-bit-identical by construction) followed by the new rows' bytes. Untouched shards are reflinked,
-copied in the kernel, or hard-linked with --link.
+bit-identical by construction) followed by the new rows' bytes. The vocabulary tensors are laid
+out after the shard's other tensors and the header has room for any row count, so every old byte
+has its final place before the new tokens are even planned (`reserve_layout`). Untouched shards
+are reflinked, copied in the kernel, or hard-linked with --link. Every file is flushed to disk
+(`Syncer`) before the staging directory is renamed into place.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import fcntl
 import json
 import logging
 import os
+import queue
 import shutil
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,9 +114,11 @@ def copy_file(src: Path, dst: Path, *, link: bool = False, progress: Progress = 
     return method
 
 
-def encode_header(tensors: list[tuple[str, str, tuple[int, ...], int]], metadata: dict | None) -> bytes:
-    """A safetensors header (length prefix + JSON padded with spaces to 8 bytes) for
-    (name, dtype, shape, nbytes) laid out back to back in the given order."""
+def encode_header(tensors: list[tuple[str, str, tuple[int, ...], int]], metadata: dict | None,
+                  size: int | None = None) -> bytes:
+    """A safetensors header (length prefix + JSON padded with spaces) for (name, dtype, shape,
+    nbytes) laid out back to back in the given order. The JSON is padded to 8 bytes, or to exactly
+    `size` bytes in all (a reservation: the format allows trailing spaces in the header)."""
     obj: dict = {}
     if metadata is not None:
         obj["__metadata__"] = metadata
@@ -120,7 +127,12 @@ def encode_header(tensors: list[tuple[str, str, tuple[int, ...], int]], metadata
         obj[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [pos, pos + nbytes]}
         pos += nbytes
     raw = json.dumps(obj, separators=(",", ":")).encode("utf-8")
-    raw += b" " * (-len(raw) % 8)
+    if size is None:
+        raw += b" " * (-len(raw) % 8)
+    elif len(raw) + 8 > size:
+        raise VocabSurgeonError(f"internal: a {len(raw) + 8}-byte header does not fit the {size} bytes reserved")
+    else:
+        raw += b" " * (size - 8 - len(raw))
     return len(raw).to_bytes(8, "little") + raw
 
 
@@ -133,11 +145,20 @@ class ShardLayout:
     starts: dict[str, int]  # absolute offset of each tensor's first byte in the new file
     nbytes: dict[str, int]  # each tensor's new size in bytes
     size: int  # the new file's size
+    last: tuple[str, ...] = ()  # the tensors laid out after all the others (the vocabulary tensors)
 
 
-def layout_shard(header: ShardHeader, new_shapes: dict[str, tuple[int, ...]]) -> ShardLayout:
-    """Lay out a shard whose tensors in `new_shapes` gain rows; order and __metadata__ are kept."""
-    order = sorted(header.tensors, key=lambda t: t.start)
+# More rows than any real matrix: a header laid out with it is at least as long as the real one.
+_ANY_ROWS = 10**15
+
+
+def layout_shard(header: ShardHeader, new_shapes: dict[str, tuple[int, ...]], *, last: tuple[str, ...] = (),
+                 head_size: int | None = None) -> ShardLayout:
+    """Lay out a rewritten shard: its tensors in their old order, except those in `last`, which
+    follow all the others (in their old order); tensors in `new_shapes` take that shape.
+    __metadata__ is kept. `head_size` pads the header to a size reserved earlier (`reserve_layout`).
+    """
+    order = sorted(header.tensors, key=lambda t: (t.name in last, t.start))
     entries = []
     for t in order:
         shape = new_shapes.get(t.name, t.shape)
@@ -145,35 +166,67 @@ def layout_shard(header: ShardHeader, new_shapes: dict[str, tuple[int, ...]]) ->
         for d in shape:
             nbytes *= d
         entries.append((t.name, t.dtype, tuple(shape), nbytes))
-    head = encode_header(entries, header.metadata)
+    head = encode_header(entries, header.metadata, head_size)
     starts, sizes, pos = {}, {}, len(head)
     for name, _, _, nbytes in entries:
         starts[name], sizes[name] = pos, nbytes
         pos += nbytes
-    return ShardLayout(header, head, starts, sizes, pos)
+    return ShardLayout(header, head, starts, sizes, pos, tuple(last))
 
 
-def copy_old_bytes(src: Path, layout: ShardLayout, dst: Path, progress: Progress = _noop) -> None:
-    """Write the new header and every old byte of `src` at its new place in `dst`.
+def reserve_layout(header: ShardHeader, growing: tuple[str, ...]) -> tuple[ShardLayout, tuple[str, ...]]:
+    """The layout of a shard whose tensors `growing` will gain rows, before it is known how many.
 
-    The new rows' bytes are left as a hole, filled by `write_rows` (possibly while this runs in
-    another thread, since nothing here depends on their values).
+    They are laid out last, and the header gets room for any row count, so the place of every
+    other tensor, and of the first growing one, is final: their old bytes can be copied at once
+    (`copy_old_bytes(..., names=...)`) while the new tokens are still being planned. Returns the
+    layout and the names whose place is final; the real one is `final_layout(reserved, shapes)`.
     """
-    with open(src, "rb") as fi, open(dst, "wb", buffering=0) as fo:
-        _write_all(fo.fileno(), layout.head)
-        for t in layout.header.tensors:
-            _copy_range(fi.fileno(), fo.fileno(), t.start, t.nbytes, progress, dst_offset=layout.starts[t.name])
-        os.ftruncate(fo.fileno(), layout.size)
-        # Flush the old bytes now, in the copying thread, while the next shard is copied: the fsync
-        # in write_rows then only waits for the new rows.
-        os.fdatasync(fo.fileno())
+    by_name = {t.name: t for t in header.tensors}
+    growing = tuple(sorted(growing, key=lambda n: by_name[n].start))
+    layout = layout_shard(header, {n: (_ANY_ROWS, *by_name[n].shape[1:]) for n in growing}, last=growing)
+    placed = tuple(t.name for t in header.tensors if t.name not in growing) + growing[:1]
+    return layout, placed
+
+
+def final_layout(reserved: ShardLayout, new_shapes: dict[str, tuple[int, ...]]) -> ShardLayout:
+    """The layout of `reserved` (from `reserve_layout`) once the shapes are known: same places, same header size."""
+    layout = layout_shard(reserved.header, new_shapes, last=reserved.last, head_size=len(reserved.head))
+    first = reserved.last[:1]
+    if any(layout.starts[t.name] != reserved.starts[t.name] for t in reserved.header.tensors
+           if t.name not in reserved.last or t.name in first):
+        raise VocabSurgeonError("internal: the final layout moved tensors already copied; nothing was published")
+    return layout
+
+
+def copy_old_bytes(src: Path, layout: ShardLayout, dst: Path, progress: Progress = _noop,
+                   names: tuple[str, ...] | None = None) -> None:
+    """Copy the old bytes of the tensors `names` (default: all) of `src` to their place in `dst`,
+    creating it if needed. The header and the new rows are written by `write_rows`, possibly while
+    this runs in another thread: nothing here depends on them.
+    """
+    fd = os.open(dst, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        if os.fstat(fd).st_size == 0:
+            _pwrite_all(fd, layout.head, 0)  # a placeholder when the shapes are not known yet
+        # In the order of the new file: appending runs 2-4x faster than filling holes left
+        # behind (measured on ext4: the page cache then holds the file in large folios).
+        tensors = sorted((t for t in layout.header.tensors if names is None or t.name in names),
+                         key=lambda t: layout.starts[t.name])
+        with open(src, "rb") as fi:
+            for t in tensors:
+                _copy_range(fi.fileno(), fd, t.start, t.nbytes, progress, dst_offset=layout.starts[t.name])
+    finally:
+        os.close(fd)
 
 
 def write_rows(dst: Path, layout: ShardLayout, grown: dict[str, GrownTensor], progress: Progress = _noop) -> None:
-    """Write the new rows (appended, and overwritten in place) of the grown tensors into `dst`."""
+    """Complete the shard `dst`: its header, and the new rows (appended, and overwritten in place) of
+    the grown tensors; the old bytes are already there (`copy_old_bytes`). Not flushed to disk: see `Syncer`."""
     by_name = {t.name: t for t in layout.header.tensors}
     fd = os.open(dst, os.O_WRONLY)
     try:
+        _pwrite_all(fd, layout.head, 0)
         for name, g in grown.items():
             t = by_name[name]
             start = layout.starts[name]
@@ -192,7 +245,7 @@ def write_rows(dst: Path, layout: ShardLayout, grown: dict[str, GrownTensor], pr
             if pos != start + layout.nbytes[name]:
                 raise VocabSurgeonError(f"internal: grown tensor '{name}' got {pos - start - t.nbytes} tail bytes, "
                                         f"not the {len(g.tail)} announced")
-        os.fsync(fd)
+        os.ftruncate(fd, layout.size)
     finally:
         os.close(fd)
 
@@ -207,11 +260,62 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
 def rewrite_shard(
     src: Path, header: ShardHeader, dst: Path, grown: dict[str, GrownTensor], progress: Progress = _noop,
 ) -> int:
-    """Write `dst`: the shard `src` with the tensors in `grown` changed, in one call. Returns its size."""
-    layout = layout_shard(header, {n: g.shape for n, g in grown.items()})
+    """Write `dst`: the shard `src` with the tensors in `grown` changed, in one call, and flush it. Returns its size."""
+    reserved, _ = reserve_layout(header, tuple(grown))
+    layout = final_layout(reserved, {n: g.shape for n, g in grown.items()})
     copy_old_bytes(src, layout, dst, progress)
     write_rows(dst, layout, grown, progress)
+    _fsync_path(dst)
     return layout.size
+
+
+class Syncer:
+    """Flushes finished files to disk in a background thread, one after another, so that flushing
+    one overlaps writing the next (on the benchmark checkpoint, 2 x 1.5 GB: 1.3 s instead of 1.9 s
+    copied then flushed in turn). `wait` returns once every submitted file is on disk and raises the
+    first error (fsync reports late write errors such as ENOSPC). A daemon thread: an interrupt
+    never waits for a flush."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue = queue.Queue()
+        self._done = threading.Event()
+        self._error: BaseException | None = None
+        self.submitted: set[Path] = set()
+        self._thread = threading.Thread(target=self._run, name="vocabsurgeon-sync", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (path := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    _fsync_path(path)
+                except BaseException as e:  # handed to wait()
+                    self._error = e
+        self._done.set()
+
+    def submit(self, path: Path) -> None:
+        self.submitted.add(path)
+        self._queue.put(path)
+
+    def wait(self, poll: Callable[[], None] = lambda: None) -> None:
+        """Wait for every submitted flush; `poll` runs every 0.1 s (e.g. to notice an interrupt)."""
+        self._queue.put(None)
+        while not self._done.wait(0.1):
+            poll()
+        if self._error is not None:
+            raise self._error
+
+    def close(self) -> None:
+        self._queue.put(None)
+
+
+def _fsync_path(path: Path) -> None:
+    """fsync a file, or a directory (its entries)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 BIG_CONTAINER = 1000  # items from which json_text writes a list or object on one line
