@@ -351,7 +351,7 @@ def floor(src: str, out: str, link: bool) -> None:
             with open(p, "rb") as fi, open(dst, "wb") as fo:
                 left = os.fstat(fi.fileno()).st_size
                 while left:
-                    left -= os.copy_file_range(fi.fileno(), fo.fileno(), min(left, 1 << 30))
+                    left -= os.copy_file_range(fi.fileno(), fo.fileno(), min(left, 256 << 20))  # as vocabsurgeon: 1 GiB calls measured ~1.5x slower here
         flush.put(dst)
     flush.put(outp)
     flush.put(None)

@@ -87,6 +87,14 @@ def test_every_file_is_flushed_to_disk_before_the_output_is_published(monkeypatc
     assert want <= flushed, f"not flushed before the rename: {sorted(map(str, want - flushed))}"
 
 
+def test_no_fsync_flushes_nothing_and_still_publishes(monkeypatch, llama_ckpt, tmp_path):
+    flushed: list[Path] = []
+    monkeypatch.setattr(writer, "_fsync_path", flushed.append)
+    add_tokens(llama_ckpt, tmp_path / "out", ["Frodo"], fsync=False)
+    assert flushed == []
+    assert (tmp_path / "out" / "tokenizer.json").exists() and not list(tmp_path.glob(".*vocabsurgeon-staging-*"))
+
+
 def test_a_failed_plan_after_the_copy_started_leaves_nothing(gpt2_ckpt, tmp_path):
     # AddJob copies shards while it plans; "nothing to add" is only known after planning.
     from vocabsurgeon import InputError
@@ -109,7 +117,9 @@ def test_progress_attached_late_still_counts_every_byte(llama_ckpt, tmp_path):
     with AddJob(open_target(llama_ckpt), tmp_path / "out") as job:
         plan = job.plan(["Frodo", "Gandalf"])
         job.progress = seen.append  # as the CLI does once the plan is printed
-        job.finish()
+        result = job.finish()
+    assert set(result.copy_methods) == set(plan.rewrite) | set(plan.copy)
+    assert all(result.copy_methods[f] == "rewrite" for f in plan.rewrite)
     out = Checkpoint.open(tmp_path / "out")
     copied = sum(out.shards[f].size for f in plan.copy)  # whole files
     rewritten = sum(t.nbytes for t in out.tensors.values() if t.file in plan.rewrite)  # old bytes + new rows

@@ -183,6 +183,9 @@ _HF_TOKEN_HELP = "Hugging Face token (default: HF_TOKEN, then the stored `hf aut
               help="Put new tokens on rows no token uses (padding) and on reserved placeholder tokens "
                    "(<|reserved_special_token_N|>, <unusedN>, [unusedN]) before appending rows.")
 @click.option("--link", is_flag=True, help="Hard-link untouched shards instead of copying them (same filesystem only).")
+@click.option("--no-fsync", is_flag=True,
+              help="Do not flush the output to disk before renaming it into place: faster on slow disks (up to "
+                   "2x in copy mode), still atomic if the process dies, but a power cut may leave a damaged output.")
 @click.option("--force", is_flag=True, help="Replace a non-empty output directory.")
 @click.option("--device", default="auto", show_default=True, help="Where to compute statistics: auto, cpu, cuda.")
 @click.option("--embedding-key", help="Name of the input embedding tensor, for architectures not in the table.")
@@ -204,7 +207,7 @@ _HF_TOKEN_HELP = "Hugging Face token (default: HF_TOKEN, then the stored `hf aut
 @common_options
 @click.pass_context
 def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, seed, special, pad_to_multiple_of,
-        link, force, device, embedding_key, lm_head_key, dry_run, as_json, reuse_reserved, no_validate,
+        link, no_fsync, force, device, embedding_key, lm_head_key, dry_run, as_json, reuse_reserved, no_validate,
         revision, hf_token, push_to, push_revision, private, create_pr, message, **validation):
     """Add tokens to the checkpoint SRC and write the new checkpoint to OUT.
 
@@ -258,7 +261,7 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
     _quiet_hub(ctx, as_json)
     options = AddOptions(
         init=init, init_input=init_input, init_output=init_output, eps=eps, seed=seed, special=special,
-        link=link, force=force, device=device, embedding_key=embedding_key, lm_head_key=lm_head_key,
+        link=link, fsync=not no_fsync, force=force, device=device, embedding_key=embedding_key, lm_head_key=lm_head_key,
         pad_to_multiple_of=pad_to_multiple_of, reuse_reserved=reuse_reserved,
     )
     target = open_target(src, options, revision=revision, token=hf_token)

@@ -51,6 +51,7 @@ class AddOptions:
     eps: float = DEFAULT_EPS
     special: bool = False
     link: bool = False
+    fsync: bool = True  # flush every file to disk before the rename (False: atomic, not power-cut safe)
     force: bool = False
     device: str = "auto"
     embedding_key: str | None = None
@@ -339,7 +340,7 @@ class AddJob:
             self._stack.enter_context(_write_errors(self.out))
             self._stack.enter_context(_noting_interrupts(self._interrupted))
             self.stage = self._stack.enter_context(staging(self.out, force=target.options.force))
-            self._syncer = Syncer()
+            self._syncer = Syncer(enabled=target.options.fsync)
             self._stack.callback(self._syncer.close)
             # Bytes move in a second thread (in the kernel: copy_file_range releases the GIL) while
             # this one plans and computes: on two cores the planning costs almost nothing extra.
@@ -388,6 +389,7 @@ class AddJob:
         ckpt, stage = self.target.ckpt, self.stage
         for f, (layout, placed) in self._reserved.items():
             copy_old_bytes(ckpt.path / f, layout, stage / f, self._checked, names=placed)
+            self._methods[f] = "rewrite"
             self._syncer.submit(stage / f)  # flushed while the next shard is copied
         self._vocab_copied.set()
         for f in ckpt.shards:

@@ -276,7 +276,8 @@ class Syncer:
     first error (fsync reports late write errors such as ENOSPC). A daemon thread: an interrupt
     never waits for a flush."""
 
-    def __init__(self) -> None:
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled  # False (--no-fsync): submit() does nothing
         self._queue: queue.Queue = queue.Queue()
         self._done = threading.Event()
         self._error: BaseException | None = None
@@ -295,7 +296,8 @@ class Syncer:
 
     def submit(self, path: Path) -> None:
         self.submitted.add(path)
-        self._queue.put(path)
+        if self.enabled:
+            self._queue.put(path)
 
     def wait(self, poll: Callable[[], None] = lambda: None) -> None:
         """Wait for every submitted flush; `poll` runs every 0.1 s (e.g. to notice an interrupt)."""
