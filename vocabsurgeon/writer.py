@@ -432,5 +432,9 @@ def _publish(stage: Path, out: Path, force: bool) -> None:
 
 
 def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):  # the rename is done; a parent we cannot flush is not an error
-        _fsync_path(path)
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
