@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
 from invariants import check_surgery, tree_digest
-from vocabsurgeon import add_tokens
+from vocabsurgeon import add_tokens, plan_add
 from vocabsurgeon.cli import cli
 from vocabsurgeon.errors import VocabSurgeonError
 
@@ -262,13 +262,19 @@ def test_config_vocab_size_that_disagrees_is_refused(gpt2_ckpt, tmp_path):
     )
 
 
-def test_verify_after_write_catches_corruption(monkeypatch, llama_ckpt, tmp_path):
+@pytest.mark.parametrize("which", [0, -1])
+def test_verify_after_write_catches_corruption(monkeypatch, llama_ckpt, tmp_path, which):
+    """Each rewritten shard is checked (the embedding's and the lm_head's are two shards here)."""
     import vocabsurgeon.surgery as surgery
 
+    rewritten = plan_add(llama_ckpt, ["Frodo"]).rewrite
+    assert len(rewritten) == 2
     orig = surgery.write_rows
 
     def corrupting(dst, layout, grown, progress):
         orig(dst, layout, grown, progress)
+        if dst.name != rewritten[which]:
+            return
         with open(dst, "r+b") as f:  # flip one byte of the first tensor's old rows
             f.seek(len(layout.head) + 2)
             b = f.read(1)

@@ -334,7 +334,7 @@ class AddJob:
         self._methods: dict[str, str] = {}
         self._cancel = threading.Event()
         self._interrupted = threading.Event()
-        self._vocab_copied = threading.Event()
+        self._shard_copied = {f: threading.Event() for f in self._reserved}  # set by the copy thread
         self._stack = contextlib.ExitStack()
         try:
             self._stack.enter_context(_write_errors(self.out))
@@ -390,8 +390,8 @@ class AddJob:
         for f, (layout, placed) in self._reserved.items():
             copy_old_bytes(ckpt.path / f, layout, stage / f, self._checked, names=placed)
             self._methods[f] = "rewrite"
+            self._shard_copied[f].set()
             self._syncer.submit(stage / f)  # flushed while the next shard is copied
-        self._vocab_copied.set()
         for f in ckpt.shards:
             if f not in self._reserved:
                 self._methods[f] = copy_file(ckpt.path / f, stage / f, link=self.target.options.link,
@@ -431,8 +431,10 @@ class AddJob:
         write_model_card(stage, {**plan.to_dict(), "tool": f"vocabsurgeon {__version__}"})
         if plan.tokens.new:
             verify_tokenizer(stage, plan.tokens)
-        self._copying.wait_for(self._vocab_copied)
+        # Each vocabulary shard is finished and checked as soon as its old bytes are in place: the
+        # first one's check overlaps the copy of the next.
         for f, (reserved, placed) in self._reserved.items():
+            self._copying.wait_for(self._shard_copied[f])
             mine = {n: g for n, g in grown.items() if ckpt.tensors[n].file == f}
             layout = final_layout(reserved, {n: g.shape for n, g in mine.items()})
             rest = tuple(n for n in reserved.last if n not in placed)
@@ -440,7 +442,7 @@ class AddJob:
                 copy_old_bytes(ckpt.path / f, layout, stage / f, self._report, names=rest)
             write_rows(stage / f, layout, mine, self._report)
             self._syncer.submit(stage / f)
-        _verify_rows(plan, stage, grown)
+            _verify_rows(plan, stage, f, mine)
         self._copying.join()
         _verify(plan, stage, grown)
         for p in sorted(stage.rglob("*"), reverse=True):  # files, then the directories that list them
@@ -649,22 +651,18 @@ def _old_rows_kept(src: Path, t, dst: Path, dst_start: int, g: GrownTensor) -> b
     return True
 
 
-def _verify_rows(plan: Plan, stage: Path, grown: dict[str, GrownTensor]) -> None:
-    """Re-read the rewritten shards' headers and check that every vocabulary tensor has its new
-    shape and its old rows byte for byte (done while untouched shards may still be copying)."""
+def _verify_rows(plan: Plan, stage: Path, f: str, grown: dict[str, GrownTensor]) -> None:
+    """Re-read rewritten shard `f`'s header and check that each of its vocabulary tensors (`grown`)
+    has its new shape and its old rows byte for byte (done while other shards may still be copying)."""
     ckpt = plan.ckpt
-    for f in plan.rewrite:
-        written = {t.name: t for t in read_header(stage / f).tensors}
-        for name, g in grown.items():
-            t = ckpt.tensors[name]
-            if t.file != f:
-                continue
-            o = written.get(name)
-            if o is None or o.shape != g.shape or o.dtype != t.dtype:
-                got = f"{o.dtype}{list(o.shape)}" if o else "nothing"
-                raise VocabSurgeonError(f"internal: tensor '{name}' written as {got}, expected {t.dtype}{list(g.shape)}")
-            if not _old_rows_kept(ckpt.path / t.file, t, stage / f, o.start, g):
-                raise VocabSurgeonError(f"internal: old rows of '{name}' changed while writing; nothing was published")
+    written = {t.name: t for t in read_header(stage / f).tensors}
+    for name, g in grown.items():
+        t, o = ckpt.tensors[name], written.get(name)
+        if o is None or o.shape != g.shape or o.dtype != t.dtype:
+            got = f"{o.dtype}{list(o.shape)}" if o else "nothing"
+            raise VocabSurgeonError(f"internal: tensor '{name}' written as {got}, expected {t.dtype}{list(g.shape)}")
+        if not _old_rows_kept(ckpt.path / t.file, t, stage / f, o.start, g):
+            raise VocabSurgeonError(f"internal: old rows of '{name}' changed while writing; nothing was published")
 
 
 def _verify(plan: Plan, stage: Path, grown: dict[str, GrownTensor]) -> None:
