@@ -13,19 +13,22 @@ from __future__ import annotations
 import functools
 import io
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
 from click.testing import CliRunner
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-from transformers import AutoTokenizer, BertTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from transformers import (AutoModelForCausalLM, AutoTokenizer, BertTokenizer, LlamaConfig, LlamaForCausalLM,
+                          PreTrainedTokenizerFast)
 
 from builders import SPECIAL, bytelevel_tokenizer, training_text
+from conftest import FIXTURES
 from vocabsurgeon.cli import cli
 from vocabsurgeon.errors import InputError
-from vocabsurgeon.tokenizer import GAP_PIECE, TokenizerEditor, byte_level, verify_tokenizer
+from vocabsurgeon.tokenizer import GAP_PIECE, TokenizerEditor, byte_level, parts_of, verify_tokenizer
 
 WORDS = ["mithril", "Frodo", "Lothlorien", "Éowyn"]
 OLD_TEXTS = [
@@ -266,6 +269,193 @@ def test_byte_level_word_that_the_decoder_would_garble_is_a_vocabulary_entry(bui
     assert type(tok).__name__ == "TokenizersBackend"
     ids = tok("Éowyn, and Éowyn.", add_special_tokens=False).input_ids
     assert len(ids) == 5 and tok.decode(ids) == "Éowyn, and Éowyn."
+
+
+# ---------------------------------------------------------------------------------------------
+# Byte-level BPE: a new form that is part of an existing token ("return" of " return")
+#
+# Added tokens are matched in raw text before pre-tokenization: an added token "return" would turn
+# " return" (one token) into "Ġ" + "return", and "API" would split " CAPITAL". Such a form is a
+# vocabulary entry with ignore_merges instead, produced only for a whole pre-token.
+
+
+def _ids(tok, text: str) -> list[int]:
+    return tok(text, add_special_tokens=False).input_ids
+
+
+def _one_token_after_a_space(vocab: dict, prefix: str = "Ġ") -> str:
+    """A word that is one token after a space (" return") but not at a sentence start ("return")."""
+    return next(w for w in ("return", "string", "default", "argument") if prefix + w in vocab and w not in vocab)
+
+
+def test_parts_of_finds_forms_inside_longer_pieces():
+    assert parts_of(["Ġreturn", "ation", "x"], {"return", "tion", "Ġreturn", "ation", "zz"}) == {
+        "return": "Ġreturn", "tion": "ation"}
+
+
+@pytest.mark.parametrize("name", ["gpt2-tiny", "llama-tiny"])
+def test_byte_level_word_already_one_token_after_a_space_keeps_that_token(name, tmp_path):
+    src, out = FIXTURES / name, tmp_path / "out"
+    old = AutoTokenizer.from_pretrained(src)
+    assert len(_ids(old, " return")) == 1 and len(_ids(old, "return")) > 1
+    summary = _add(src, out, "-t", "return", "-t", "when", "-t", "Frodo")
+    assert summary["skipped"] == []
+    assert [(a["form"], a["piece"], a["mechanism"]) for a in summary["added"]] == [
+        ("return", "return", "vocab"), ("when", "when", "vocab"), ("Frodo", "Frodo", "added"),
+        (" Frodo", " Frodo", "added")]
+    assert summary["tokenizer_notes"] == [(
+        "tokenizer_class GPT2Tokenizer -> PreTrainedTokenizerFast, so transformers loads tokenizer.json as written "
+        "(model-specific classes rebuild it from vocab and merges and would drop ignore_merges)"
+    )]
+    new_id = {a["form"]: a["id"] for a in summary["added"]}
+    new = AutoTokenizer.from_pretrained(out)
+    raw = Tokenizer.from_file(str(out / "tokenizer.json"))
+    # after a space and inside longer words, text tokenizes exactly as before
+    for text in [" return", " when", "returned", " returning", "returns", " whenever", "nonreturn",
+                 "The call returns when it is done.", *OLD_TEXTS]:
+        assert _ids(new, text) == _ids(old, text), text
+    # at a sentence start and after punctuation, the bare form is one new token
+    assert _ids(new, "return") == [new_id["return"]]
+    assert _ids(new, "(when)") == [_ids(old, "(")[0], new_id["when"], _ids(old, ")")[0]]
+    text = "return x when Frodo said (when), and return.\nwhen"
+    ids = _ids(new, text)
+    assert [ids.count(new_id[w]) for w in ("return", "when", "Frodo", " Frodo")] == [1, 2, 0, 1]
+    assert ids.count(_ids(old, " return")[0]) == 1 and ids.count(_ids(old, " when")[0]) == 1
+    assert new.decode(ids) == text
+    for text in ["return", "(when)", "return x when Frodo said (when), and return.\nwhen", *OLD_TEXTS]:
+        assert raw.encode(text, add_special_tokens=False).ids == _ids(new, text), text
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert model.get_input_embeddings().weight.shape[0] == summary["rows_after"] == len(new)
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits
+    assert logits.shape == (1, len(ids), summary["rows_after"]) and torch.isfinite(logits).all()
+
+
+def test_byte_level_word_inside_an_existing_token_does_not_split_it(tmp_path):
+    src, out = FIXTURES / "gpt2-tiny", tmp_path / "out"
+    old = AutoTokenizer.from_pretrained(src)
+    # "tion" is part of "ation" and " function"; " addition" of " additional"; none of them is a token
+    assert [len(_ids(old, t)) for t in (" function", " additional", "tion", " tion", "addition", " addition")] == \
+        [1, 1, 2, 2, 2, 2]
+    summary = _add(src, out, "-t", "tion", "-t", "addition")
+    assert [(a["form"], a["mechanism"]) for a in summary["added"]] == [
+        ("tion", "vocab"), (" tion", "added"), ("addition", "vocab"), (" addition", "vocab")]
+    new = AutoTokenizer.from_pretrained(out)
+    for text in [" function", "function", " functions", "information", "The nation's functions.", " additional",
+                 "additional", " additions", "additionally"]:
+        assert _ids(new, text) == _ids(old, text), text
+    new_id = {a["form"]: a["id"] for a in summary["added"]}
+    text = "tion, a tion (tion) in addition (addition)."
+    ids = _ids(new, text)
+    assert [ids.count(new_id[f]) for f in ("tion", " tion", "addition", " addition")] == [2, 1, 1, 1]
+    assert new.decode(ids) == text
+
+
+def test_byte_level_word_inside_a_new_garbled_entry_is_an_entry_too(built, tmp_path):
+    # "Éowyn" is a vocabulary entry (the decoder would garble an added token); an added token "owyn"
+    # would be matched inside it first and split it.
+    src, out = built("byte-level-gpt2"), tmp_path / "out"
+    summary = _add(src, out, "-t", "Éowyn", "-t", "owyn")
+    assert [(a["form"], a["mechanism"]) for a in summary["added"]] == [
+        ("Éowyn", "vocab"), (" Éowyn", "added"), ("owyn", "vocab"), (" owyn", "added")]
+    old, tok = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(out)
+    new_id = {a["form"]: a["id"] for a in summary["added"]}
+    for form, i in new_id.items():
+        assert _ids(tok, form) == [i], form
+    text = "Éowyn, owyn and Éowyn (owyn)."
+    ids = _ids(tok, text)
+    assert ids == [new_id["Éowyn"], *_ids(old, ","), new_id[" owyn"], *_ids(old, " and"), new_id[" Éowyn"],
+                   *_ids(old, " ("), new_id["owyn"], *_ids(old, ").")]
+    assert tok.decode(ids) == text
+
+
+def _bytelevel_checkpoint(path: Path, edit) -> Path:
+    """A tiny checkpoint with the byte-level BPE of these tests, its tokenizer.json changed by
+    `edit(data)` and loaded as written (PreTrainedTokenizerFast)."""
+    data = json.loads(bytelevel_tokenizer(600).backend_tokenizer.to_str())
+    edit(data)
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(data)), bos_token=SPECIAL,
+                                  eos_token=SPECIAL)
+    return tiny_checkpoint(path, tok)
+
+
+def test_byte_level_with_ignore_merges_already_set_keeps_its_class(tmp_path):
+    # Llama 3 ships ignore_merges: the bare entry needs no change to the model options or the class.
+    src = _bytelevel_checkpoint(tmp_path / "src", lambda data: data["model"].update(ignore_merges=True))
+    out = tmp_path / "out"
+    word = _one_token_after_a_space(TokenizerEditor(src).vocab)
+    plan = TokenizerEditor(src).plan([word])
+    assert [(t.form, t.mechanism) for t in plan.new] == [(word, "vocab")]
+    assert not plan.set_ignore_merges and plan.notes == []
+    summary = _add(src, out, "-t", word)
+    assert summary["tokenizer_notes"] == []
+    old, new = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(out)
+    assert type(new) is type(old)
+    assert _ids(new, f"{word}, {word}") == [plan.new[0].id, *_ids(old, ",")] + _ids(old, f" {word}")
+    for text in OLD_TEXTS:
+        assert _ids(new, text) == _ids(old, text)
+
+
+def test_byte_level_word_already_one_token_after_a_space_is_skipped_without_ignore_merges(tmp_path):
+    # Without its last merge, an entry is not rebuilt by the merges: ignore_merges would change it.
+    src = _bytelevel_checkpoint(tmp_path / "src", lambda data: data["model"]["merges"].pop())
+    out = tmp_path / "out"
+    ed = TokenizerEditor(src)
+    word = _one_token_after_a_space(ed.vocab)
+    part = next(w for w in ("tion", "ment", "ance", "ting")
+                if w not in ed.vocab and "Ġ" + w not in ed.vocab and any(w in p for p in ed.vocab))
+    r = CliRunner().invoke(cli, ["add", "-t", word, "-t", part, "-t", "Frodo", "--json", str(src), str(out)])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout)
+    why = "ignore_merges would change how this tokenizer splits existing text"
+    assert summary["skipped"] == [{"token": word, "reason": (
+        f"already one token after a space (' {word}'); its bare form would split that token as an added token, "
+        f"and cannot be a vocabulary entry: {why}")}]
+    skip_note, part_note = summary["tokenizer_notes"]
+    assert skip_note == (f"1 token(s) skipped (e.g. {word!r}): already one token after a space; the bare form would "
+                         f"split that token as an added token, and cannot be a vocabulary entry ({why})")
+    # a form inside another token falls back to an added token (the README's known trade-off), and says so
+    assert re.fullmatch(rf"\d added token\(s\) \(e\.g\. '{part}'\) are also part of existing tokens "
+                        rf"\(e\.g\. '.+'\), which now split where they occur; they cannot be vocabulary entries "
+                        rf"here \({why}\)", part_note)
+    assert f"WARNING: {skip_note}" in r.stderr and f"WARNING: {part_note}" in r.stderr
+    assert {a["token"] for a in summary["added"]} == {part, "Frodo"}
+    assert {a["mechanism"] for a in summary["added"]} == {"added"}
+    old, new = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(out)
+    assert type(new) is type(old)
+    for text in (f" {word}", word, f"({word}s)", *OLD_TEXTS):
+        assert _ids(new, text) == _ids(old, text), text
+    for a in summary["added"]:
+        assert _ids(new, a["form"]) == [a["id"]]
+
+
+def test_byte_level_word_already_one_token_after_a_space_is_skipped_when_the_pre_tokenizer_splits_it(tmp_path):
+    tok = Tokenizer.from_str(bytelevel_tokenizer(600).backend_tokenizer.to_str())
+    word = _one_token_after_a_space(json.loads(tok.to_str())["model"]["vocab"])
+    # splits the first letters of the text off: the bare form cannot be one pre-token, " word" still is
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(rf"\A{word[:2]}"), "isolated"),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    tok.save(str(tmp_path / "tokenizer.json"))
+    plan = TokenizerEditor(tmp_path).plan([word, "Frodo"])
+    assert plan.skipped == [{"token": word, "reason": (
+        f"already one token after a space (' {word}'); its bare form would split that token as an added token, "
+        f"and cannot be a vocabulary entry: the pre-tokenizer splits {word!r}")}]
+    assert [(t.form, t.mechanism) for t in plan.new] == [("Frodo", "added"), (" Frodo", "added")]
+    assert not plan.set_ignore_merges
+
+
+@pytest.mark.parametrize("family", ["sp-bpe", "sp-bpe-file"])
+def test_sentencepiece_bpe_word_already_one_token_after_a_space_is_already_there(family, built, tmp_path):
+    # Metaspace puts "▁" before the first word too, so "return" is "▁return" at a sentence start
+    # as after a space: nothing is added for it, and no added token can split "▁return".
+    src, out = built(family), tmp_path / "out"
+    word = _one_token_after_a_space(TokenizerEditor(src).vocab, "▁")
+    summary = _add(src, out, "-t", word, "-t", "Frodo")
+    assert summary["skipped"] == [{"token": word, "reason": "already in the vocabulary"}]
+    old, new = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(out)
+    assert len(_ids(old, word)) == len(_ids(old, f" {word}")) == 1
+    for text in (word, f" {word}", f"({word})", f"{word}s, {word}.", *OLD_TEXTS):
+        assert _ids(new, text) == _ids(old, text), text
 
 
 @pytest.mark.parametrize("family", ["byte-level", "sp-bpe-file", "unigram-file", "wordpiece-cased"])
