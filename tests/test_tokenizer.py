@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from click.testing import CliRunner
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import (AutoModelForCausalLM, AutoTokenizer, BertTokenizer, LlamaConfig, LlamaForCausalLM,
@@ -291,6 +293,21 @@ def _one_token_after_a_space(vocab: dict, prefix: str = "Ġ") -> str:
 def test_parts_of_finds_forms_inside_longer_pieces():
     assert parts_of(["Ġreturn", "ation", "x"], {"return", "tion", "Ġreturn", "ation", "zz"}) == {
         "return": "Ġreturn", "tion": "ation"}
+
+
+_piece = st.text(alphabet="abĠÉ", min_size=1, max_size=9)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_piece, max_size=10), st.sets(_piece, max_size=8))
+def test_parts_of_is_the_first_longer_piece_that_contains_each_form(pieces, forms):
+    """The indexed search agrees with the definition, short forms (1-3 characters) included."""
+    want = {}
+    for f in forms:
+        hit = next((p for p in pieces if len(f) < len(p) and f in p), None)
+        if hit is not None:
+            want[f] = hit
+    assert parts_of(pieces, forms) == want
 
 
 @pytest.mark.parametrize("name", ["gpt2-tiny", "llama-tiny"])

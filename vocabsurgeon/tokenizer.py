@@ -87,24 +87,30 @@ def byte_level(text: str) -> str:
     return "".join([BYTE_SYMBOLS[b] for b in text.encode("utf-8", "surrogatepass")])
 
 
+PARTS_HEAD = 4  # parts_of indexes forms by up to this many first characters
+
+
 def parts_of(pieces: list[str], forms: set[str]) -> dict[str, str]:
-    """Each of `forms` that is a proper part of one of `pieces`, with one such piece.
+    """Each of `forms` that is a proper part of one of `pieces`, with the first such piece.
 
     An added token is matched anywhere in raw text, so an added token for such a form would split
-    that piece ("return" inside " return"). One pass over the pieces' substrings of the forms'
-    lengths: 0.25 s for 128,000 pieces and 100,000 forms (a `find` per form is minutes).
+    that piece ("return" inside " return"). Forms are indexed by their first g = min(length,
+    PARTS_HEAD) characters; each piece's g-character windows are looked up in that index in one
+    comprehension per g, and only hits are checked with `startswith`. On a 128,000-piece
+    vocabulary: 0.1 s for 2,000 forms of made-up words (all substrings of the forms' lengths, the
+    first version: 0.5 s; a `find` per form in the joined pieces: 0.5 ms each).
     """
-    lengths = sorted({len(f) for f in forms})
+    index: dict[int, dict[str, list[str]]] = {}
+    for f in sorted(forms):
+        g = min(len(f), PARTS_HEAD)
+        index.setdefault(g, {}).setdefault(f[:g], []).append(f)
     found: dict[str, str] = {}
-    for piece in pieces:
-        n = len(piece)
-        for k in lengths:
-            if k >= n:
-                break
-            for i in range(n - k + 1):
-                part = piece[i:i + k]
-                if part in forms and part not in found:
-                    found[part] = piece
+    for g, by_head in sorted(index.items()):
+        hits = [(p, i) for p in pieces if len(p) > g for i in range(len(p) - g + 1) if p[i:i + g] in by_head]
+        for p, i in hits:
+            for f in by_head[p[i:i + g]]:
+                if len(f) < len(p) and f not in found and p.startswith(f, i):
+                    found[f] = p
     return found
 
 
