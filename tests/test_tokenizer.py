@@ -461,6 +461,18 @@ def test_byte_level_word_already_one_token_after_a_space_is_skipped_when_the_pre
     assert not plan.set_ignore_merges
 
 
+def test_only_skipped_words_say_why_nothing_was_added(tmp_path):
+    src = _bytelevel_checkpoint(tmp_path / "src", lambda data: data["model"]["merges"].pop())
+    word = _one_token_after_a_space(TokenizerEditor(src).vocab)
+    r = CliRunner().invoke(cli, ["add", "-t", word, str(src), str(tmp_path / "out")])
+    assert r.exit_code == 2
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"Error: nothing to add: 1 token(s) skipped, e.g. {word!r}: already one token after a space (' {word}'); "
+        "its bare form would split that token as an added token, and cannot be a vocabulary entry: ignore_merges "
+        "would change how this tokenizer splits existing text (see --dry-run for details)")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("family", ["sp-bpe", "sp-bpe-file"])
 def test_sentencepiece_bpe_word_already_one_token_after_a_space_is_already_there(family, built, tmp_path):
     # Metaspace puts "▁" before the first word too, so "return" is "▁return" at a sentence start

@@ -281,7 +281,7 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
     with AddJob(target, out) as job:
         plan = job.plan(tokens)
         if not plan.tokens.new:
-            raise InputError("every token is already in the vocabulary; nothing to add (see --dry-run for details)")
+            raise plan.nothing_to_add()
         if not quiet and not as_json:
             click.echo(plan.describe(), err=True)
         with tqdm(total=plan.to_dict()["bytes_to_write"], unit="B", unit_scale=True, unit_divisor=1024,

@@ -110,6 +110,16 @@ class Plan:
         appended = set(i for i in ids if i >= self.rows_before)
         return ids + [i for i in range(self.rows_before, self.rows_after) if i not in appended]
 
+    def nothing_to_add(self) -> InputError:
+        """The error for a plan without new tokens: why each token was skipped, when not simply
+        because it is already a token."""
+        odd = [s for s in self.tokens.skipped if not s["reason"].startswith("already in the vocabulary")
+               and s["reason"] != "already a special token"]
+        if not odd:
+            return InputError("every token is already in the vocabulary; nothing to add (see --dry-run for details)")
+        return InputError(f"nothing to add: {len(self.tokens.skipped)} token(s) skipped, e.g. {odd[0]['token']!r}: "
+                          f"{odd[0]['reason']} (see --dry-run for details)")
+
     def strategy_for(self, name: str) -> str:
         """The init strategy of one vocabulary tensor."""
         lay = self.layout
@@ -421,7 +431,7 @@ class AddJob:
         if plan is None:
             raise ValueError("plan the tokens first: job.plan(tokens)")
         if not plan.row_ids:
-            raise InputError("every token is already in the vocabulary; nothing to add (see --dry-run for details)")
+            raise plan.nothing_to_add()
         ckpt, stage = plan.ckpt, self.stage
         notes: dict[str, str] = {}
         grown = _all_new_rows(plan, notes)
