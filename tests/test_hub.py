@@ -466,9 +466,15 @@ def test_pickle_only_repo_is_refused_without_downloading(hub, tmp_path, monkeypa
     assert not any("/resolve/" in p for p in hub.paths())
 
 
-def test_unknown_repo_id(hub, tmp_path, monkeypatch):
+@pytest.mark.parametrize("args", [
+    ("add", "-t", "Frodo", "--no-validate", "org/missing", "out"),
+    ("inspect", "org/missing"),
+    ("validate", "org/missing", FIXTURE),
+    ("compare", FIXTURE, "org/missing"),
+], ids=lambda a: a[0])
+def test_unknown_repo_id(hub, tmp_path, monkeypatch, args):
     monkeypatch.chdir(tmp_path)
-    r = run("add", "-t", "Frodo", "--no-validate", "org/missing", "out")
+    r = run(*args)
     assert r.exit_code == 2
     assert r.stderr.strip() == ("Error: org/missing: not a local directory, and not found on the Hub (or private: log "
                                 "in with `hf auth login` or set HF_TOKEN); check the spelling")
@@ -544,8 +550,147 @@ def test_failed_validation_is_in_the_card_and_nothing_is_pushed(hub, tmp_path):
     assert hub.requests == []
 
 
-def test_revision_with_a_local_directory_is_refused(tmp_path):
-    r = run("add", "-t", "Frodo", "--revision", "v1", FIXTURE, tmp_path / "out")
+@pytest.mark.parametrize("args", [
+    ("add", "-t", "Frodo", FIXTURE, "out"),
+    ("inspect", FIXTURE),
+    ("validate", FIXTURE, FIXTURE),  # two local directories: nothing for --revision to apply to
+    ("compare", FIXTURE, FIXTURE),
+], ids=lambda a: a[0])
+def test_revision_with_a_local_directory_is_refused(tmp_path, monkeypatch, args):
+    monkeypatch.chdir(tmp_path)
+    r = run(*args, "--revision", "v1")
     assert r.exit_code == 2
     assert r.stderr.strip() == (f"Error: {FIXTURE}: --revision is for Hub repo ids, but this is a local directory; "
                                 "drop --revision")
+
+
+# ------------------------------------------------------------------------- inspect, validate, compare
+# They take a repo id wherever they read a checkpoint, pulled by the same code as `add`: what they
+# measure must be what they measure on the same checkpoint as a local directory.
+
+FAST = ("--max-tokens", 60)  # one forward pass per model on the tiny GPT-2
+
+
+def _figures(report: dict, *names: str) -> dict:
+    """The report without the keys that name the checkpoints or time the run."""
+    return {k: v for k, v in report.items() if k not in {*names, "seconds", "load_seconds"}}
+
+
+def _added(tmp_path) -> Path:
+    out = tmp_path / "added"
+    r = run("add", "-q", "--no-validate", "-t", "Frodo", "-t", "Gandalf", FIXTURE, out)
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def test_inspect_a_repo_id_gives_the_figures_of_its_directory(hub, tmp_path, monkeypatch):
+    sha = _serve_fixture(hub)
+    monkeypatch.chdir(tmp_path)
+    local = run("inspect", "--json", *FAST, FIXTURE)
+    pulled = run("inspect", "--json", *FAST, "org/gpt2-tiny")
+    assert local.exit_code == 0 and pulled.exit_code == 0, pulled.output
+    d, ref = json.loads(pulled.stdout), json.loads(local.stdout)
+    assert d["path"] == "org/gpt2-tiny"
+    assert d["source"] == {"name": "org/gpt2-tiny", "repo_id": "org/gpt2-tiny", "revision": None, "commit": sha}
+    assert ref["source"]["repo_id"] is None
+    assert _figures(d, "path", "source") == _figures(ref, "path", "source")
+    assert d["zero_init_risk"]["positions"] == 61
+    assert not any(p.endswith((".bin", ".pth", ".onnx")) for p in hub.paths())
+    r = run("inspect", "-q", *FAST, "org/gpt2-tiny")
+    assert r.stdout.splitlines()[0] == f"org/gpt2-tiny (commit {sha[:12]}): gpt2, tied embeddings, F32"
+
+
+def test_validate_a_repo_id_base_against_a_local_output(hub, tmp_path, monkeypatch):
+    sha = _serve_fixture(hub)
+    hub.repos["org/gpt2-tiny"]["v1"] = dict(hub.repos["org/gpt2-tiny"]["main"])
+    out = _added(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    local = run("validate", "--json", *FAST, FIXTURE, out)
+    # --revision applies to BASE, the repo id; NEW, a local directory, is read as it is
+    pulled = run("validate", "--json", *FAST, "--revision", "v1", "org/gpt2-tiny", out)
+    assert local.exit_code == 0 and pulled.exit_code == 0, pulled.output
+    d, ref = json.loads(pulled.stdout), json.loads(local.stdout)
+    assert d["base"] == "org/gpt2-tiny" and d["new"] == ref["new"] == str(out)
+    assert d["sources"] == {"base": {"name": "org/gpt2-tiny", "repo_id": "org/gpt2-tiny", "revision": "v1",
+                                     "commit": sha},
+                            "new": {"name": str(out), "repo_id": None, "revision": None, "commit": None}}
+    assert _figures(d, "base", "sources") == _figures(ref, "base", "sources")
+    assert d["passed"] and d["kl"]["positions"] == 61 and d["vocab"]["k"] == 4
+    assert "/api/models/org/gpt2-tiny/revision/v1" in hub.paths("GET")
+
+
+def test_compare_repo_ids_give_the_figures_of_their_directories(hub, tmp_path, monkeypatch):
+    sha_a = _serve_fixture(hub)
+    out = _added(tmp_path)
+    sha_b = hub.add_repo("me/gpt2-lotr", {p.name: p.read_bytes() for p in out.iterdir()})
+    monkeypatch.chdir(tmp_path)
+    local = run("compare", "--json", "--k", 5, FIXTURE, out)
+    pulled = run("compare", "--json", "--k", 5, "org/gpt2-tiny", "me/gpt2-lotr")
+    assert local.exit_code == 0 and pulled.exit_code == 0, pulled.output
+    d, ref = json.loads(pulled.stdout), json.loads(local.stdout)
+    assert (d["a"], d["b"]) == ("org/gpt2-tiny", "me/gpt2-lotr")
+    assert d["sources"]["a"]["commit"] == sha_a and d["sources"]["b"]["commit"] == sha_b
+    assert ref["sources"]["b"] == {"name": str(out), "repo_id": None, "revision": None, "commit": None}
+    assert _figures(d, "a", "b", "sources") == _figures(ref, "a", "b", "sources")
+    assert d["tokens_b"] == d["tokens_compared"] + 4
+    r = run("compare", "-q", "--k", 5, "org/gpt2-tiny", out)
+    assert r.stdout.splitlines()[1].startswith(f"  A: org/gpt2-tiny (commit {sha_a[:12]}) (transformer.wte.weight, ")
+    assert r.stdout.splitlines()[2].startswith(f"  B: {out} (transformer.wte.weight, ")
+
+
+def test_the_python_api_takes_repo_ids_like_the_cli(hub, tmp_path, monkeypatch):
+    from vocabsurgeon.compare import compare
+    from vocabsurgeon.inspect import inspect_checkpoint
+    from vocabsurgeon.validate import validate_checkpoint
+
+    sha = _serve_fixture(hub)
+    out = _added(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert inspect_checkpoint("org/gpt2-tiny", run_model=False)["source"]["commit"] == sha
+    assert compare("org/gpt2-tiny", out, 5, device="cpu").to_dict()["sources"]["a"]["commit"] == sha
+    report = validate_checkpoint("org/gpt2-tiny", out, max_tokens=60, device="cpu")
+    assert report["passed"] and report["sources"]["base"]["commit"] == sha
+
+
+def test_a_local_directory_wins_for_every_command(hub, tmp_path, monkeypatch):
+    _serve_fixture(hub)
+    shutil.copytree(FIXTURE, tmp_path / "org" / "gpt2-tiny")
+    monkeypatch.chdir(tmp_path)
+    r = run("inspect", "--json", *FAST, "org/gpt2-tiny")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["source"]["repo_id"] is None
+    r = run("compare", "--json", "org/gpt2-tiny", FIXTURE)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["sources"]["a"]["repo_id"] is None
+    r = run("validate", "org/gpt2-tiny", "org/gpt2-tiny")  # refused after reading both configs from disk
+    assert r.exit_code == 2
+    assert r.stderr.strip() == ("Error: org/gpt2-tiny: vocab_size is 2048, not more than the 2048 of org/gpt2-tiny; "
+                                "pass the original first and the expanded checkpoint second")
+    assert hub.requests == []
+
+
+@pytest.fixture
+def progress_bars():
+    """huggingface_hub's progress bars on, as in a fresh process; their state is restored afterwards."""
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    was = are_progress_bars_disabled()
+    yield enable_progress_bars
+    (disable_progress_bars if was else enable_progress_bars)()
+
+
+@pytest.mark.parametrize("args", [
+    ("inspect", *FAST, "org/gpt2-tiny"),
+    ("validate", "org/gpt2-tiny", "org/gpt2-tiny"),  # refused after the pull: only the download matters here
+    ("compare", "org/gpt2-tiny", "org/gpt2-tiny"),
+], ids=lambda a: a[0])
+def test_hub_progress_bars_are_off_with_json_and_quiet(hub, tmp_path, monkeypatch, progress_bars, args):
+    _serve_fixture(hub)
+    monkeypatch.chdir(tmp_path)
+    for flag in ("--json", "-q"):
+        progress_bars()
+        r = run(*args, flag)
+        assert "Fetching" not in r.stderr, flag
+    progress_bars()
+    r = run(*args)  # from the cache now, and still drawn: so the runs above could have drawn it
+    assert "Fetching" in r.stderr

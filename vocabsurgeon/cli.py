@@ -164,6 +164,27 @@ _CREATE_PR_OPTION = click.option("--create-pr", is_flag=True,
 _HF_TOKEN_HELP = "Hugging Face token (default: HF_TOKEN, then the stored `hf auth login`)."
 
 
+def hub_options(which: str, note: str = "", token_use: str = ""):
+    """--revision and --hf-token of a command that reads checkpoints given as Hub repo ids.
+
+    `which` says what --revision applies to ("SRC when it is a Hub repo id"), `note` is added to its
+    help and `token_use` to the token's. The library resolves the repo ids (`hub.resolve_checkpoints`).
+    """
+    def decorate(fn):
+        fn = click.option("--hf-token", help=f"{_HF_TOKEN_HELP} {token_use}".strip())(fn)
+        return click.option("--revision", metavar="REV",
+                            help=f"Branch, tag or commit of {which} (default: main). {note}".strip())(fn)
+    return decorate
+
+
+# Commands that read two checkpoints take one --revision, for the one(s) given as repo ids: the usual
+# case is one repo id (the original on the Hub) and one local output; per-argument revisions would
+# double the options for the rare comparison of two revisions of one repo, which this note covers.
+_TWO_CHECKPOINTS = ("whichever of {} is a Hub repo id, both when both are",
+                    "To use two revisions of one repo, download one with `hf download REPO --revision REV "
+                    "--local-dir DIR` and pass DIR.")
+
+
 @cli.command()
 @click.argument("src", type=click.Path(file_okay=False, path_type=str))
 @click.argument("out", type=click.Path(path_type=str))
@@ -194,8 +215,7 @@ _HF_TOKEN_HELP = "Hugging Face token (default: HF_TOKEN, then the stored `hf aut
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
 @click.option("--no-validate", is_flag=True,
               help="Skip the validation that runs after writing (it loads both models with transformers).")
-@click.option("--revision", help="Branch, tag or commit of SRC when it is a Hub repo id (default: main).")
-@click.option("--hf-token", help=_HF_TOKEN_HELP + " Used to pull SRC and to push.")
+@hub_options("SRC when it is a Hub repo id", token_use="Used to pull SRC and to push.")
 @click.option("--push-to", metavar="REPO_ID", help="Push OUT to this Hub repo (org/name) as one commit, after "
               "validation passed; see `vocabsurgeon push`.")
 @click.option("--push-revision", metavar="BRANCH", help="With --push-to: the branch to commit to (created from main "
@@ -343,9 +363,10 @@ _DEVICE_OPTION = click.option("--device", default="auto", show_default=True,
 @click.option("--embedding-key", help="Name of the input embedding tensor, for architectures not in the table.")
 @click.option("--lm-head-key", help="Name of the output matrix tensor, for architectures not in the table.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
+@hub_options(_TWO_CHECKPOINTS[0].format("A and B"), _TWO_CHECKPOINTS[1])
 @common_options
 @click.pass_context
-def compare(ctx, a, b, k, which, device, plot, embedding_key, lm_head_key, as_json):
+def compare(ctx, a, b, k, which, device, plot, embedding_key, lm_head_key, as_json, revision, hf_token):
     """Compare the vocabulary matrices of checkpoints A and B by KNN-match similarity.
 
     For each token, take its K nearest neighbours by inner product (itself excluded) in A and in
@@ -360,14 +381,19 @@ def compare(ctx, a, b, k, which, device, plot, embedding_key, lm_head_key, as_js
     reported. The n x n score matrix is never built: scores are computed in row chunks and only
     the top K are kept.
 
+    A and B are checkpoint directories or Hub repo ids (org/name), pulled as by `add`; a local
+    directory of the same spelling wins. One --revision serves the one(s) given as repo ids.
+
     \b
     Examples:
       vocabsurgeon compare base/ finetuned/
       vocabsurgeon compare seed0/ seed1/ --k 20 --which output --json
       vocabsurgeon compare ckpt/ out/ --plot knn.png
+      vocabsurgeon compare openai-community/gpt2 out/gpt2-lotr --revision main
     """
     from .compare import compare as run_compare, plot_histogram
 
+    _quiet_hub(ctx, as_json)
     quiet = is_quiet(ctx) or as_json
     from tqdm.auto import tqdm
 
@@ -377,7 +403,8 @@ def compare(ctx, a, b, k, which, device, plot, embedding_key, lm_head_key, as_js
             bar.refresh()
 
         result = run_compare(a, b, k, which=which, device=device, embedding_key=embedding_key,
-                             lm_head_key=lm_head_key, progress=bar.update, on_total=total)
+                             lm_head_key=lm_head_key, progress=bar.update, on_total=total, revision=revision,
+                             token=hf_token)
     if plot:
         plot_histogram(result, plot)
     if as_json:
@@ -519,9 +546,10 @@ def push_command(ctx, out, repo_id, private, revision, create_pr, token, message
 @click.option("--device", default="auto", show_default=True,
               help="Where to run the models: auto (CUDA when present, spread with accelerate), cpu, cuda.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+@hub_options(_TWO_CHECKPOINTS[0].format("BASE and NEW"), _TWO_CHECKPOINTS[1])
 @common_options
 @click.pass_context
-def validate(ctx, base, new, seed, device, as_json, corpus, max_tokens, plot, **limits):
+def validate(ctx, base, new, seed, device, as_json, corpus, max_tokens, plot, revision, hf_token, **limits):
     """Check that the expanded checkpoint NEW is safe to use, against its original BASE.
 
     On a held-out corpus tokenized with the original tokenizer: KL(p_old||p_new) at every
@@ -530,6 +558,10 @@ def validate(ctx, base, new, seed, device, as_json, corpus, max_tokens, plot, **
     often a new token makes the model repeat it); the tokenizer invariants; and, where the corpus
     uses the new words, bits per byte of both models (reported, not pass/fail).
 
+    BASE and NEW are checkpoint directories or Hub repo ids (org/name), pulled as by `add`; a
+    local directory of the same spelling wins. BASE is often the original model on the Hub:
+    one --revision serves the one(s) given as repo ids.
+
     Exit status 0 when every check passes, 3 when one fails (the reason is printed), 2 on bad input.
 
     \b
@@ -537,13 +569,15 @@ def validate(ctx, base, new, seed, device, as_json, corpus, max_tokens, plot, **
       vocabsurgeon validate ckpt/ out/
       vocabsurgeon validate ckpt/ out/ --corpus lotr_chapter.txt --json > report.json
       vocabsurgeon validate ckpt/ out/ --plot kl.png --max-tokens 512
+      vocabsurgeon validate openai-community/gpt2 out/gpt2-lotr --revision main
     """
     from .errors import ValidationFailed
     from .validate import Thresholds, summary_lines, validate_checkpoint
 
+    _quiet_hub(ctx, as_json)
     quiet = is_quiet(ctx) or as_json
     report = validate_checkpoint(base, new, corpus, thresholds=Thresholds(**limits), max_tokens=max_tokens,
-                                 seed=seed, device=device, plot=plot,
+                                 seed=seed, device=device, plot=plot, revision=revision, token=hf_token,
                                  progress=None if quiet else (lambda s: click.echo(f"running: {s}", err=True)))
     if as_json:
         _emit(report)
@@ -566,8 +600,10 @@ def validate(ctx, base, new, seed, device, as_json, corpus, max_tokens, plot, **
 @click.option("--device", default="auto", show_default=True,
               help="Where to run the model: auto (CUDA when present, spread with accelerate), cpu, cuda.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+@hub_options("CKPT when it is a Hub repo id", token_use="Used to pull CKPT.")
 @common_options
-def inspect_command(ckpt, corpus, max_tokens, device, as_json):
+@click.pass_context
+def inspect_command(ctx, ckpt, corpus, max_tokens, device, as_json, revision, hf_token):
     """Describe the checkpoint CKPT before surgery: layout, sizes, statistics, zero-init risk.
 
     Architecture, tied or not, dtype; embedding rows vs tokenizer size vs config vocab_size;
@@ -575,14 +611,21 @@ def inspect_command(ckpt, corpus, max_tokens, device, as_json):
     corpus, log Z of the output softmax with the KL that one zero-initialized token would cause,
     log(1 + 1/Z), and a verdict: safe, caution or dangerous. Changes nothing.
 
+    CKPT is a checkpoint directory or a Hub repo id (org/name, at --revision), pulled as by
+    `add`: only config, safetensors weights and tokenizer files, into the Hub cache; a local
+    directory of the same spelling wins.
+
     \b
     Examples:
       vocabsurgeon inspect ckpt/
       vocabsurgeon inspect ckpt/ --corpus domain.txt --json
+      vocabsurgeon inspect openai-community/gpt2 --revision main
     """
     from .inspect import describe, inspect_checkpoint
 
-    report = inspect_checkpoint(ckpt, corpus, max_tokens=max_tokens, device=device)
+    _quiet_hub(ctx, as_json)
+    report = inspect_checkpoint(ckpt, corpus, max_tokens=max_tokens, device=device, revision=revision,
+                                token=hf_token)
     if as_json:
         _emit(report)
     else:

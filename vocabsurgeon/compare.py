@@ -30,6 +30,7 @@ import numpy as np
 from .architectures import detect
 from .checkpoint import Checkpoint
 from .errors import InputError
+from .hub import Source, resolve_checkpoints
 from .tokenizer import BYTE_SYMBOLS
 
 logger = logging.getLogger(__name__)
@@ -327,6 +328,10 @@ class CompareResult:
     seconds: float  # in all, reading the matrices included
     load_seconds: float = 0.0  # reading both matrices from safetensors
     extremes: int = 10  # how many lowest/highest tokens to_dict lists
+    sources: tuple[Source, Source] | None = None  # where A and B came from (None: the directories of a, b)
+
+    def _sources(self) -> tuple[Source, Source]:
+        return self.sources or (Source(self.a.path), Source(self.b.path))
 
     @property
     def mean(self) -> float:
@@ -350,8 +355,10 @@ class CompareResult:
         """The --json summary: knn_match.mean, k and tokens_compared, plus the distribution and extremes."""
         order = self._order()
         ext = min(self.extremes, len(order))
+        src_a, src_b = self._sources()
         return {
-            "a": str(self.a.path), "b": str(self.b.path), "which": self.which,
+            "a": src_a.name, "b": src_b.name, "which": self.which,
+            "sources": {"a": src_a.to_dict(), "b": src_b.to_dict()},
             "tensor_a": self.a.tensor, "tensor_b": self.b.tensor,
             "hidden_a": int(self.a.matrix.shape[1]), "hidden_b": int(self.b.matrix.shape[1]),
             "k": self.k, "metric": "dot",
@@ -373,10 +380,11 @@ class CompareResult:
         """A human-readable report of the summary."""
         d = self.to_dict()
         m = d["knn_match"]
+        src_a, src_b = self._sources()
         lines = [
             f"KNN-match similarity of {d['which']} matrices, k={self.k} nearest neighbours by inner product",
-            f"  A: {d['a']} ({d['tensor_a']}, {d['tokens_a']} x {d['hidden_a']})",
-            f"  B: {d['b']} ({d['tensor_b']}, {d['tokens_b']} x {d['hidden_b']})",
+            f"  A: {src_a.describe()} ({d['tensor_a']}, {d['tokens_a']} x {d['hidden_a']})",
+            f"  B: {src_b.describe()} ({d['tensor_b']}, {d['tokens_b']} x {d['hidden_b']})",
             f"  tokens compared: {d['tokens_compared']}"
             + ("" if d["matched_by"] == "string" else " (matched by row id: no tokenizer.json)"),
             f"  mean {m['mean']:.4f}  std {m['std']:.4f}  "
@@ -420,7 +428,8 @@ def _take(matrix: np.ndarray, rows: np.ndarray) -> np.ndarray:
 def compare(path_a: str | Path, path_b: str | Path, k: int = DEFAULT_K, *, which: str = "input",
             device="auto", chunk_rows: int | None = None, embedding_key: str | None = None,
             lm_head_key: str | None = None, progress: Callable[[int], None] | None = None,
-            on_total: Callable[[int], None] | None = None) -> CompareResult:
+            on_total: Callable[[int], None] | None = None, revision: str | None = None,
+            token: str | None = None) -> CompareResult:
     """Compare two checkpoints' vocabulary matrices by KNN-match similarity over the tokens both share.
 
     Tokens are matched by their vocabulary string in each tokenizer.json (so a checkpoint with
@@ -428,24 +437,31 @@ def compare(path_a: str | Path, path_b: str | Path, k: int = DEFAULT_K, *, which
     among the shared tokens only, so that both neighbour sets come from the same candidates.
 
     Args:
-        path_a, path_b: checkpoint directories.
+        path_a, path_b: checkpoint directories, or Hub repo ids (`org/name`) whose safetensors
+            checkpoints are downloaded into the Hub cache, as `add_tokens` does.
         k: neighbours per token by inner product, the token itself excluded.
         which: "input" (embedding) or "output" (lm_head, the embedding when tied).
         device: "auto", "cpu" or "cuda".
         progress: called with the rows done after each chunk; on_total: called once with the total.
+        revision: the Hub revision of whichever of A and B is a repo id (of both when both are);
+            refused when both are local directories.
+        token: the Hub token (None: HF_TOKEN or the stored login).
 
     Raises:
-        InputError: for bad checkpoints, no shared token, or k too large for the shared vocabulary.
+        InputError: for bad checkpoints, no shared token, k too large for the shared vocabulary, or
+            a repo id that cannot be pulled.
     """
+    src_a, src_b = resolve_checkpoints([path_a, path_b], revision=revision, token=token)  # downloads: not timed
     started = time.perf_counter()
     dev = _device(device)
     reading = time.perf_counter()
-    a = load_space(path_a, which, embedding_key=embedding_key, lm_head_key=lm_head_key)
-    b = load_space(path_b, which, embedding_key=embedding_key, lm_head_key=lm_head_key)
+    a = load_space(src_a.path, which, embedding_key=embedding_key, lm_head_key=lm_head_key)
+    b = load_space(src_b.path, which, embedding_key=embedding_key, lm_head_key=lm_head_key)
     loaded = time.perf_counter()
     rows_a, rows_b, matched_by = _match_rows(a, b)
     if len(rows_a) == 0:
-        raise InputError(f"{a.path} and {b.path} share no token string; compare checkpoints of the same tokenizer family")
+        raise InputError(f"{src_a.name} and {src_b.name} share no token string; compare checkpoints of the same "
+                         "tokenizer family")
     if matched_by == "string" and (len(rows_a) < len(a.strings) or len(rows_b) < len(b.strings)):
         logger.warning("the vocabularies differ: comparing the %d tokens both share (A has %d rows, B %d)",
                        len(rows_a), len(a.strings), len(b.strings))
@@ -455,7 +471,7 @@ def compare(path_a: str | Path, path_b: str | Path, k: int = DEFAULT_K, *, which
     scores = knn_match(_take(a.matrix, rows_a), _take(b.matrix, rows_b), k, device=dev, chunk_rows=chunk_rows,
                        progress=progress)
     return CompareResult(a, b, which, k, rows_a, rows_b, matched_by, scores, str(dev), time.perf_counter() - started,
-                         loaded - reading)
+                         loaded - reading, sources=(src_a, src_b))
 
 
 def plot_histogram(result: CompareResult, path: str | Path) -> Path:

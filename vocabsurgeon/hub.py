@@ -61,6 +61,14 @@ class Source:
         """What the model card calls the base model: the repo id, else the path as given."""
         return self.repo_id or str(self.path)
 
+    def to_dict(self) -> dict:
+        """name, repo_id, revision and commit: what reports record of where a checkpoint came from."""
+        return {"name": self.name, "repo_id": self.repo_id, "revision": self.revision, "commit": self.commit}
+
+    def describe(self) -> str:
+        """The name, with the commit when it came from the Hub: 'org/name (commit 0123456789ab)'."""
+        return f"{self.name} (commit {self.commit[:12]})" if self.repo_id and self.commit else self.name
+
 
 @dataclass
 class PushResult:
@@ -93,11 +101,33 @@ def resolve_checkpoint(src: str | os.PathLike, revision: str | None = None, toke
         PosixPath('fixtures/gpt2-tiny')
     """
     path = Path(src)
-    if path.exists() or not REPO_ID.fullmatch(str(src)):
+    if not is_repo_id(src):
         if revision is not None and path.exists():
             raise InputError(f"{path}: --revision is for Hub repo ids, but this is a local directory; drop --revision")
         return _cached_source(path)
     return pull(str(src), revision=revision, token=token)
+
+
+def resolve_checkpoints(srcs, revision: str | None = None, token: str | None = None) -> list[Source]:
+    """`resolve_checkpoint` for each of several checkpoints, `revision` applying to those that are repo ids.
+
+    One revision serves every repo id among `srcs` (local directories are read as they are); when
+    none is a repo id, a `revision` is refused as `resolve_checkpoint` refuses it for one directory.
+
+    Example:
+        >>> [s.path for s in resolve_checkpoints(["fixtures/gpt2-tiny", "fixtures/llama-tiny"])]
+        [PosixPath('fixtures/gpt2-tiny'), PosixPath('fixtures/llama-tiny')]
+    """
+    srcs = list(srcs)
+    from_hub = [is_repo_id(s) for s in srcs]
+    if not any(from_hub):  # nothing for the revision to apply to: say so, as for one local directory
+        from_hub = [True] * len(srcs)
+    return [resolve_checkpoint(s, revision if h else None, token) for s, h in zip(srcs, from_hub)]
+
+
+def is_repo_id(src: str | os.PathLike) -> bool:
+    """Whether `src` is read from the Hub: shaped like `org/name`, and no local path of that spelling exists."""
+    return not Path(src).exists() and REPO_ID.fullmatch(str(src)) is not None
 
 
 def _cached_source(path: Path) -> Source:

@@ -18,6 +18,7 @@ import numpy as np
 
 from .architectures import detect, text_config
 from .checkpoint import Checkpoint
+from .hub import Source, resolve_checkpoint
 from .validate import DEFAULT_MAX_TOKENS, context_length, corpus_windows, encode, load_tokenizer, loaded_model, \
     model_kind, read_corpus
 
@@ -118,22 +119,27 @@ def _verdict(mean: float, mx: float) -> tuple[str, str]:
 
 
 def inspect_checkpoint(path: str | os.PathLike, corpus: str | os.PathLike | None = None, *,
-                       max_tokens: int = DEFAULT_MAX_TOKENS, device: str = "auto", run_model: bool = True) -> dict:
+                       max_tokens: int = DEFAULT_MAX_TOKENS, device: str = "auto", run_model: bool = True,
+                       revision: str | None = None, token: str | None = None) -> dict:
     """Describe a checkpoint before surgery; changes nothing.
 
     Args:
-        path: a Hugging Face checkpoint directory.
+        path: a Hugging Face checkpoint directory, or a Hub repo id (`org/name`) whose safetensors
+            checkpoint is downloaded into the Hub cache, as `add_tokens` does.
         corpus: text for the zero-init risk (None: the packaged default corpus).
         max_tokens: corpus tokens run through the model.
         device: "auto", "cpu" or "cuda".
         run_model: False skips the zero-init risk (no model is loaded).
+        revision, token: the Hub revision and token when `path` is a repo id (token None: HF_TOKEN or
+            the stored login).
 
     Returns:
-        A dict with `architecture`, `tied`, `dtype`, `rows`, `tokenizer_size`, `config_vocab_size`,
+        A dict with `path` (the repo id, else the directory), `source` (repo id, revision and commit),
+        `architecture`, `tied`, `dtype`, `rows`, `tokenizer_size`, `config_vocab_size`,
         `padding_rows`, `matrices` (statistics per vocabulary matrix) and `zero_init_risk`.
 
     Raises:
-        InputError: the checkpoint cannot be used.
+        InputError: the checkpoint cannot be used, or the repo id cannot be pulled.
 
     Example:
         >>> r = inspect_checkpoint("ckpt/", max_tokens=512)  # doctest: +SKIP
@@ -142,7 +148,8 @@ def inspect_checkpoint(path: str | os.PathLike, corpus: str | os.PathLike | None
     """
     from .tokenizer import TokenizerEditor
 
-    ckpt = Checkpoint.open(path)
+    source = resolve_checkpoint(path, revision=revision, token=token)
+    ckpt = Checkpoint.open(source.path)
     lay = detect(ckpt)
     tok_size = TokenizerEditor(ckpt.path).size
     cfg_vocab = text_config(ckpt.config).get("vocab_size")
@@ -151,7 +158,8 @@ def inspect_checkpoint(path: str | os.PathLike, corpus: str | os.PathLike | None
         matrices[name] = matrix_stats(ckpt, name)
     ckpt.close()
     report = {
-        "path": str(path),
+        "path": source.name,
+        "source": source.to_dict(),
         "architecture": lay.architecture,
         "tied": lay.tied,
         "dtype": ckpt.tensors[lay.embedding].dtype,
@@ -165,7 +173,7 @@ def inspect_checkpoint(path: str | os.PathLike, corpus: str | os.PathLike | None
         "matrices": matrices,
     }
     if run_model:
-        risk = zero_init_risk(path, corpus, max_tokens=max_tokens, device=device)
+        risk = zero_init_risk(source.path, corpus, max_tokens=max_tokens, device=device)
         report["zero_init_risk"] = risk
         report["zero_init_kl"] = risk["zero_init_kl"]
     return report
@@ -174,8 +182,10 @@ def inspect_checkpoint(path: str | os.PathLike, corpus: str | os.PathLike | None
 def describe(report: dict) -> list[str]:
     """The inspect report in human-readable lines (what the CLI prints)."""
     r = report
+    src = r.get("source") or {}
+    where = Source(r["path"], src.get("repo_id"), src.get("revision"), src.get("commit")).describe()
     lines = [
-        f"{r['path']}: {r['architecture']}, {'tied' if r['tied'] else 'untied'} embeddings, {r['dtype']}",
+        f"{where}: {r['architecture']}, {'tied' if r['tied'] else 'untied'} embeddings, {r['dtype']}",
         f"rows {r['rows']}, tokenizer {r['tokenizer_size']}, config vocab_size {r['config_vocab_size']}"
         + (f" ({r['padding_rows']} padding/reserved rows past the tokenizer)" if r["padding_rows"] > 0 else ""),
     ]

@@ -134,8 +134,7 @@ class Plan:
         source = self.source or Source(self.src)
         return {
             "input": str(self.src),
-            "base": {"name": source.name, "repo_id": source.repo_id, "revision": source.revision,
-                     "commit": source.commit},
+            "base": source.to_dict(),
             "architecture": lay.architecture,
             "tied": lay.tied,
             "tokenizer_family": self.tokens.family,

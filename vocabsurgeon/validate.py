@@ -37,6 +37,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from .errors import InputError, ValidationFailed
+from .hub import resolve_checkpoints
 from .init import kl_bound
 
 logger = logging.getLogger(__name__)
@@ -576,11 +577,15 @@ def validate_checkpoint(
     device: str = "auto",
     plot: str | os.PathLike | None = None,
     progress: Callable[[str], None] | None = None,
+    revision: str | None = None,
+    token: str | None = None,
 ) -> dict:
     """Compare the expanded checkpoint `new` with its original `base`; returns the report.
 
     Args:
-        base, new: checkpoint directories; `new` has k more output rows than `base` (n).
+        base, new: checkpoint directories, or Hub repo ids (`org/name`) whose safetensors checkpoints
+            are downloaded into the Hub cache, as `add_tokens` does; `new` has k more output rows
+            than `base` (n).
         corpus: a UTF-8 text file; None for the packaged default corpus.
         thresholds: pass/fail limits (`Thresholds()` defaults).
         max_tokens: corpus tokens of the KL check (and of the usability check).
@@ -590,13 +595,17 @@ def validate_checkpoint(
         device: "auto" (a GPU when present), "cpu" or "cuda".
         plot: write a histogram of per-position KL there (needs matplotlib).
         progress: called with a short description of each stage.
+        revision: the Hub revision of whichever of `base` and `new` is a repo id (of both when both
+            are); refused when both are local directories.
+        token: the Hub token (None: HF_TOKEN or the stored login).
 
     Returns:
         A dict: `passed`, `failures` (why not, in words), `kl` (mean, p99, max, bound, ...),
-        `old_logits`, `sampling`, `tokenization`, `usability`, `thresholds`. See README.md.
+        `old_logits`, `sampling`, `tokenization`, `usability`, `thresholds`, `sources` (repo id,
+        revision and commit of each checkpoint from the Hub). See README.md.
 
     Raises:
-        InputError: a checkpoint or the corpus cannot be used.
+        InputError: a checkpoint or the corpus cannot be used, or a repo id cannot be pulled.
 
     Example:
         >>> r = validate_checkpoint("ckpt/", "out/", max_tokens=512)  # doctest: +SKIP
@@ -605,17 +614,19 @@ def validate_checkpoint(
     """
     th = thresholds or Thresholds()
     say = progress or (lambda s: None)
-    base, new = Path(base), Path(new)
     if max_tokens < 1:
         raise InputError("--max-tokens must be a positive integer")
     if plot is not None:
         require_plot()
+    sources = dict(zip(("base", "new"), resolve_checkpoints([base, new], revision=revision, token=token)))
+    names = {key: s.name for key, s in sources.items()}  # the repo id, else the directory
+    base, new = sources["base"].path, sources["new"].path
     n, rows_new = _vocab_rows(base), _vocab_rows(new)
     k = rows_new - n
     if k <= 0:
         raise InputError(
-            f"{new}: vocab_size is {rows_new}, not more than the {n} of {base}; pass the original first and "
-            "the expanded checkpoint second"
+            f"{names['new']}: vocab_size is {rows_new}, not more than the {n} of {names['base']}; pass the original "
+            "first and the expanded checkpoint second"
         )
     text, corpus_name = read_corpus(corpus)
     say("tokenizers")
@@ -648,8 +659,8 @@ def validate_checkpoint(
         "failures": [],
         "complete": not skipped,
         "skipped": skipped,
-        "base": str(base),
-        "new": str(new),
+        **names,
+        "sources": {key: s.to_dict() for key, s in sources.items()},
         "model": {"kind": kind.kind, "class": kind.class_name, "missing_weights": m.missing},
         "corpus": {"name": corpus_name, "bytes": len(text.encode("utf-8")), "tokens": len(corpus_ids),
                    "positions": int(kl.size) if kl is not None else 0},
@@ -683,7 +694,7 @@ def validate_checkpoint(
     report["failures"] = _failures(report)
     report["passed"] = not report["failures"]
     if plot is not None and kl is not None:
-        write_kl_plot(kl, bound, plot, title=f"{new.name}: KL per position ({kl.size} positions)")
+        write_kl_plot(kl, bound, plot, title=f"{Path(names['new']).name}: KL per position ({kl.size} positions)")
         report["plot"] = str(plot)
     logger.info("validation of %s: %s", new, "passed" if report["passed"] else "; ".join(report["failures"]))
     return report
