@@ -471,6 +471,7 @@ def test_pickle_only_repo_is_refused_without_downloading(hub, tmp_path, monkeypa
     ("inspect", "org/missing"),
     ("validate", "org/missing", FIXTURE),
     ("compare", FIXTURE, "org/missing"),
+    ("neighbors", "org/missing", " the"),
 ], ids=lambda a: a[0])
 def test_unknown_repo_id(hub, tmp_path, monkeypatch, args):
     monkeypatch.chdir(tmp_path)
@@ -636,6 +637,16 @@ def test_compare_repo_ids_give_the_figures_of_their_directories(hub, tmp_path, m
     r = run("compare", "-q", "--k", 5, "org/gpt2-tiny", out)
     assert r.stdout.splitlines()[1].startswith(f"  A: org/gpt2-tiny (commit {sha_a[:12]}) (transformer.wte.weight, ")
     assert r.stdout.splitlines()[2].startswith(f"  B: {out} (transformer.wte.weight, ")
+
+
+def test_neighbors_of_a_repo_id_are_those_of_its_directory(hub, tmp_path, monkeypatch):
+    _serve_fixture(hub)
+    monkeypatch.chdir(tmp_path)
+    local = run("neighbors", "--json", "--k", 3, FIXTURE, " the", "#42")
+    pulled = run("neighbors", "--json", "--k", 3, "org/gpt2-tiny", " the", "#42")
+    assert local.exit_code == 0 and pulled.exit_code == 0, pulled.output
+    assert json.loads(pulled.stdout)["tokens"] == json.loads(local.stdout)["tokens"]
+    assert any(p.startswith("/org/gpt2-tiny/resolve/") for p in hub.paths()), hub.paths()
 
 
 def test_the_python_api_takes_repo_ids_like_the_cli(hub, tmp_path, monkeypatch):

@@ -427,25 +427,30 @@ def compare(ctx, a, b, k, which, device, plot, embedding_key, lm_head_key, as_js
 @click.option("--embedding-key", help="Name of the input embedding tensor, for architectures not in the table.")
 @click.option("--lm-head-key", help="Name of the output matrix tensor, for architectures not in the table.")
 @click.option("--json", "as_json", is_flag=True, help="Print the neighbours as JSON on stdout.")
+@hub_options("CKPT when it is a Hub repo id", token_use="Used to pull CKPT.")
 @common_options
-def neighbors(ckpt, tokens, k, metric, which, device, embedding_key, lm_head_key, as_json):
+@click.pass_context
+def neighbors(ctx, ckpt, tokens, k, metric, which, device, embedding_key, lm_head_key, as_json, revision, hf_token):
     """List the K nearest neighbours of each TOKEN in the checkpoint CKPT, with their scores.
 
     A TOKEN is a vocabulary string ('Ġthe'), the text it stands for (' the', 'Frodo') or a row
     id ('#42'). Use it to see where an init put a new token: a subword-mean 'Frodo' should sit
     near its pieces and other names. Inner product (--metric dot, the default) is what the
     model computes, so a large-norm row is everyone's neighbour; --metric cosine shows direction
-    only.
+    only. CKPT is a checkpoint directory or a Hub repo id (org/name, at --revision), pulled as by
+    `add`; a local directory of the same spelling wins.
 
     \b
     Examples:
       vocabsurgeon neighbors out/ Frodo ' Frodo' --metric cosine
       vocabsurgeon neighbors ckpt/ ' the' '#42' --k 5 --which output --json
+      vocabsurgeon neighbors openai-community/gpt2 ' king' --metric cosine
     """
     from .compare import neighbors as find
 
+    _quiet_hub(ctx, as_json)
     found = find(ckpt, list(tokens), k, metric=metric, which=which, device=device,
-                 embedding_key=embedding_key, lm_head_key=lm_head_key)
+                 embedding_key=embedding_key, lm_head_key=lm_head_key, revision=revision, token=hf_token)
     if as_json:
         _emit({"checkpoint": ckpt, "k": k, "metric": metric, "which": which,
                "tokens": [n.to_dict() for n in found]})

@@ -557,11 +557,13 @@ def find_row(space: Space, query: str) -> int:
 
 def neighbors(path: str | Path, queries: Sequence[str], k: int = DEFAULT_K, *, metric: str = "dot",
               which: str = "input", device="auto", embedding_key: str | None = None,
-              lm_head_key: str | None = None) -> list[Neighbors]:
+              lm_head_key: str | None = None, revision: str | None = None,
+              token: str | None = None) -> list[Neighbors]:
     """List the k nearest neighbours (by inner product or cosine, itself excluded) of each token in a checkpoint.
 
     Args:
-        path: checkpoint directory.
+        path: checkpoint directory, or a Hub repo id (org/name, at `revision`, with `token`) pulled
+            into the Hub cache as `add_tokens` does; a local directory of the same spelling wins.
         queries: tokens as vocabulary strings ("Ġthe"), their text (" the", "Frodo") or rows ("#42").
         metric: "dot" (inner product, what the model computes) or "cosine" (direction only).
         which: "input" (embedding) or "output" (lm_head, the embedding when tied).
@@ -571,7 +573,8 @@ def neighbors(path: str | Path, queries: Sequence[str], k: int = DEFAULT_K, *, m
     """
     if metric not in METRICS:
         raise InputError(f"--metric {metric!r} is not one of {', '.join(METRICS)}")
-    space = load_space(path, which, embedding_key=embedding_key, lm_head_key=lm_head_key)
+    (src,) = resolve_checkpoints([path], revision=revision, token=token)
+    space = load_space(src.path, which, embedding_key=embedding_key, lm_head_key=lm_head_key)
     rows = [find_row(space, q) for q in queries]
     _check_k(k, len(space.strings), f"'{space.tensor}'")
     ids, scores = top_k(space.matrix, k, metric=metric, rows=rows, device=device)
