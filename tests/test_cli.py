@@ -188,6 +188,19 @@ def test_default_add_does_not_import_torch_or_transformers(gpt2_ckpt, tmp_path):
     assert r.stdout.strip().splitlines()[-1] == "[]"
 
 
+def test_the_package_exports_the_checks_without_importing_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, vocabsurgeon as v; light = 'torch' not in sys.modules\n"
+            "from vocabsurgeon import inspect_checkpoint, validate_checkpoint, neighbors, AddJob, open_target\n"
+            "print(light, validate_checkpoint.__module__, inspect_checkpoint.__module__, neighbors.__module__,\n"
+            "      sorted(set(v.__all__) - set(dir(v)) - {'inspect_checkpoint', 'validate_checkpoint', 'neighbors'}))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", "vocabsurgeon.validate", "vocabsurgeon.inspect", "vocabsurgeon.compare", "[]"]
+
+
 def test_every_command_has_json_quiet_and_an_example_of_itself():
     for name, cmd in cli.commands.items():
         opts = {o for p in cmd.params for o in getattr(p, "opts", [])}

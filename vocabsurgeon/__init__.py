@@ -11,11 +11,26 @@ from .errors import InputError, OutputExistsError, PushError, ValidationFailed, 
 from .hub import PushResult, push, resolve_checkpoint  # noqa: E402
 from .modelcard import model_card, write_model_card  # noqa: E402
 from .init import STRATEGIES, kl_bound  # noqa: E402
-from .surgery import AddOptions, AddResult, Plan, add_tokens, apply, plan_add  # noqa: E402
+from .surgery import AddJob, AddOptions, AddResult, Plan, add_tokens, apply, open_target, plan_add, plan_tokens  # noqa: E402
 from .tokenizer import read_tokens_file  # noqa: E402
 
+# The checks run models (torch, transformers): imported on first use, so that `import vocabsurgeon`
+# and a plain `add` stay light. (`compare` is also the name of its module: import it from
+# `vocabsurgeon.compare`.)
+_LAZY = {"inspect_checkpoint": "inspect", "validate_checkpoint": "validate", "neighbors": "compare"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
-    "__version__", "add_tokens", "plan_add", "apply", "AddOptions", "AddResult", "Plan", "read_tokens_file",
-    "STRATEGIES", "kl_bound", "VocabSurgeonError", "InputError", "OutputExistsError", "ValidationFailed",
-    "PushError", "WriteError", "push", "PushResult", "resolve_checkpoint", "model_card", "write_model_card",
+    "__version__", "add_tokens", "plan_add", "plan_tokens", "open_target", "apply", "AddJob", "AddOptions",
+    "AddResult", "Plan", "read_tokens_file", "STRATEGIES", "kl_bound", "VocabSurgeonError", "InputError",
+    "OutputExistsError", "ValidationFailed", "PushError", "WriteError", "push", "PushResult", "resolve_checkpoint",
+    "model_card", "write_model_card", *_LAZY,
 ]
