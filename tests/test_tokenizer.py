@@ -473,6 +473,26 @@ def test_only_skipped_words_say_why_nothing_was_added(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_sentencepiece_bpe_says_which_existing_tokens_a_new_word_splits(built, tmp_path):
+    # SentencePiece BPE has only added tokens, which match anywhere: a new word inside an existing
+    # token ("tion" in "▁function") splits it. That is the README's trade-off; the report names it.
+    src, out = built("sp-bpe"), tmp_path / "out"
+    vocab = TokenizerEditor(src).vocab
+    host = next(p for p in vocab if p.startswith("▁") and len(p) > 6 and p[3:] not in vocab and "▁" + p[3:] not in vocab)
+    word = host[3:]
+    summary = _add(src, out, "-t", word, "-t", "Frodo")
+    assert [a["form"] for a in summary["added"]] == [word, " " + word, "Frodo", " Frodo"]
+    note = next(n for n in summary["tokenizer_notes"] if "part of existing tokens" in n)
+    assert note == (f"1 added token(s) (e.g. {word!r}) are also part of existing tokens (e.g. {host[1:]!r}), which now "
+                    "split where they occur; they cannot be vocabulary entries here (SentencePiece BPE takes new words "
+                    "only as added tokens)")
+    old, new = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(out)
+    assert _ids(old, f"a {host[1:]}") != _ids(new, f"a {host[1:]}")  # the note is true: that token splits now
+    for text in OLD_TEXTS:
+        if word not in text:
+            assert _ids(new, text) == _ids(old, text), text
+
+
 @pytest.mark.parametrize("family", ["sp-bpe", "sp-bpe-file"])
 def test_sentencepiece_bpe_word_already_one_token_after_a_space_is_already_there(family, built, tmp_path):
     # Metaspace puts "▁" before the first word too, so "return" is "▁return" at a sentence start

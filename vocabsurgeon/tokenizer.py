@@ -369,11 +369,16 @@ class TokenizerEditor:
         return self._pretokenize(form) == [byte_level(form)]
 
     def _split_risks(self, words: list[str]) -> dict[str, str]:
-        """Byte-level BPE: the new forms (" return") that are part of an existing token or of the new
-        entry of a garbled bare form, each with one such piece: an added token would split it."""
-        spelled = {byte_level(f): f for w in words for f in (w, " " + w)}
+        """The new forms (" return") that are part of an existing token (byte-level BPE: or of the new
+        entry of a garbled bare form), each with one such piece: an added token would split it.
+        Byte-level BPE makes such forms vocabulary entries where it can; SentencePiece BPE has only
+        added tokens, so there they are reported."""
         pieces = [p for p in self.vocab if p not in self.added]
-        pieces += [byte_level(w) for w in words if self._garbled(w) and self._whole(w)]
+        if self.family == "sentencepiece-bpe":
+            spelled = {f.replace(" ", "▁"): f for w in words for f in (w, " " + w)}
+        else:
+            spelled = {byte_level(f): f for w in words for f in (w, " " + w)}
+            pieces += [byte_level(w) for w in words if self._garbled(w) and self._whole(w)]
         return {spelled[e]: piece for e, piece in parts_of(pieces, set(spelled)).items()}
 
     def _splits_word_start(self, w: str) -> bool:
@@ -385,7 +390,9 @@ class TokenizerEditor:
         return len(ids) == 1 and ids[0] == self.vocab.get(byte_level(" " + w))
 
     def _why_not_entry(self, form: str) -> str:
-        """Why a byte-level `form` cannot be a vocabulary entry with ignore_merges."""
+        """Why `form` cannot be a vocabulary entry (byte-level BPE: one with ignore_merges)."""
+        if self.family == "sentencepiece-bpe":
+            return "SentencePiece BPE takes new words only as added tokens"
         if not self._whole(form):
             return f"the pre-tokenizer splits {form!r}"
         return "ignore_merges would change how this tokenizer splits existing text"
@@ -503,7 +510,7 @@ class TokenizerEditor:
         blocked: dict[str, str] = {}  # word -> why its bare form can be neither an added token nor an entry
         score = self._unigram_score() if self.family == "unigram" else None
         self.prefetch([f for w in words for f in ((w,) if special else (w, " " + w))])
-        risks = self._split_risks(words) if self.family == "byte-level-bpe" and not special else {}
+        risks = self._split_risks(words) if self.family in ("byte-level-bpe", "sentencepiece-bpe") and not special else {}
         for w in words:
             existing = self.added.get(w)
             if existing is not None and existing.get("special"):
