@@ -412,7 +412,10 @@ def run(size_name: str, work: Path, repeats: int, skip: set[str]) -> dict:
     samples: dict[str, list[Sample]] = {k: [] for k in cmds}
     loads = [os.getloadavg()[0]]
     for r in range(repeats):
-        for name, cmd in cmds.items():
+        order = list(cmds)
+        random.Random(r).shuffle(order)  # no configuration always follows the same one (e.g. a big delete)
+        for name in order:
+            cmd = cmds[name]
             _drop(out)
             os.sync()
             _read_all(src)
@@ -523,7 +526,7 @@ def report(res: dict, many_res: dict | None, info: dict, argv: list[str]) -> str
           f"{sh['layers']} layers, {_gb(res['src_bytes'])} in {res['shards']} shards; "
           f"one vocabulary matrix is {_gb(res['vocab_matrix_bytes'])}. {sh['new_tokens']:,} new words, mean init. "
           f"Load average (1 min) during the run: {min(res['load'])}-{max(res['load'])}.", ""]
-    L += [f"Medians of {res['repeats']} runs per configuration (runs interleaved; page cache warmed by reading "
+    L += [f"Medians of {res['repeats']} runs per configuration (runs interleaved, in a shuffled order each round; page cache warmed by reading "
           "every input file before each run; outputs removed and `sync`ed between runs).", ""]
     L += ["| configuration | wall (median) | peak RSS (median) | all walls (s) |", "|---|---:|---:|---|"]
     for k, v in med.items():
