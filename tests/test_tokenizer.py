@@ -413,37 +413,86 @@ def test_byte_level_with_ignore_merges_already_set_keeps_its_class(tmp_path):
         assert _ids(new, text) == _ids(old, text)
 
 
-def test_byte_level_word_already_one_token_after_a_space_is_skipped_without_ignore_merges(tmp_path):
+def test_byte_level_without_ignore_merges_uses_a_merge_or_skips(tmp_path):
     # Without its last merge, an entry is not rebuilt by the merges: ignore_merges would change it.
+    # A form BPE splits into two pieces gets one merge (last); a longer one is skipped or stays added.
     src = _bytelevel_checkpoint(tmp_path / "src", lambda data: data["model"]["merges"].pop())
     out = tmp_path / "out"
     ed = TokenizerEditor(src)
-    word = _one_token_after_a_space(ed.vocab)
-    part = next(w for w in ("tion", "ment", "ance", "ting")
-                if w not in ed.vocab and "Ġ" + w not in ed.vocab and any(w in p for p in ed.vocab))
-    r = CliRunner().invoke(cli, ["add", "-t", word, "-t", part, "-t", "Frodo", "--json", str(src), str(out)])
+    assert not ed._merges_are_redundant()
+    pair = _one_token_after_a_space(ed.vocab)  # "return": two pieces, " return" one token
+    long = next(w for w in ("default", "argument", "from", "not")
+                if "Ġ" + w in ed.vocab and w not in ed.vocab and len(ed.encode(w)) >= 3)
+    part = next(w for w in ("tring", "efault") if len(ed.encode(w)) >= 3 and any(w in p for p in ed.vocab))
+    assert len(ed.encode(pair)) == 2
+    r = CliRunner().invoke(cli, ["add", "-t", pair, "-t", long, "-t", part, "-t", "Frodo", "--json", str(src), str(out)])
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout)
     why = "ignore_merges would change how this tokenizer splits existing text"
-    assert summary["skipped"] == [{"token": word, "reason": (
-        f"already one token after a space (' {word}'); its bare form would split that token as an added token, "
+    assert summary["skipped"] == [{"token": long, "reason": (
+        f"already one token after a space (' {long}'); its bare form would split that token as an added token, "
         f"and cannot be a vocabulary entry: {why}")}]
-    skip_note, part_note = summary["tokenizer_notes"]
-    assert skip_note == (f"1 token(s) skipped (e.g. {word!r}): already one token after a space; the bare form would "
+    skip_note, part_note = summary["tokenizer_notes"]  # no tokenizer_class change: no ignore_merges
+    assert skip_note == (f"1 token(s) skipped (e.g. {long!r}): already one token after a space; the bare form would "
                          f"split that token as an added token, and cannot be a vocabulary entry ({why})")
-    # a form inside another token falls back to an added token (the README's known trade-off), and says so
+    # a form inside another token that is neither falls back to an added token (the README's trade-off), and says so
     assert re.fullmatch(rf"\d added token\(s\) \(e\.g\. '{part}'\) are also part of existing tokens "
                         rf"\(e\.g\. '.+'\), which now split where they occur; they cannot be vocabulary entries "
                         rf"here \({why}\)", part_note)
     assert f"WARNING: {skip_note}" in r.stderr and f"WARNING: {part_note}" in r.stderr
-    assert {a["token"] for a in summary["added"]} == {part, "Frodo"}
-    assert {a["mechanism"] for a in summary["added"]} == {"added"}
+    assert [(a["form"], a["mechanism"]) for a in summary["added"]] == [
+        (pair, "merge"), (part, "added"), (" " + part, "added"), ("Frodo", "added"), (" Frodo", "added")]
+    written = json.loads((out / "tokenizer.json").read_text())["model"]
+    assert not written.get("ignore_merges")
+    assert written["merges"][-1] == [*(ed.tok.id_to_token(i) for i in ed.encode(pair))]
     old, new = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(out)
     assert type(new) is type(old)
-    for text in (f" {word}", word, f"({word}s)", *OLD_TEXTS):
-        assert _ids(new, text) == _ids(old, text), text
+    pair_id = summary["added"][0]["id"]
+    for text in (f" {long}", long, f"({long}s)", f" {pair}", f"x {pair} y", *OLD_TEXTS):
+        if part not in text:  # the added token splits words around it ("strings"): the note above
+            assert _ids(new, text) == _ids(old, text), text
+    assert _ids(new, pair) == [pair_id] and pair_id in _ids(new, f"({pair} x)")
+    assert new.decode(_ids(new, f"{pair}, {pair}ed ({pair})")) == f"{pair}, {pair}ed ({pair})"
     for a in summary["added"]:
         assert _ids(new, a["form"]) == [a["id"]]
+
+
+def test_a_word_whose_garbled_bare_form_cannot_be_an_entry_is_skipped_not_refused(tmp_path):
+    # "Éowyn" as an added token would decode as "\ufffdowyn"; without redundant merges it cannot be an
+    # entry either (and BPE splits it into more than two pieces): the word is skipped, the rest added.
+    src = _bytelevel_checkpoint(tmp_path / "src", lambda data: data["model"]["merges"].pop())
+    assert len(TokenizerEditor(src).encode("Éowyn")) > 2
+    r = CliRunner().invoke(cli, ["add", "-t", "Éowyn", "-t", "Frodo", "--json", str(src), str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout)
+    assert [(a["form"], a["mechanism"]) for a in summary["added"]] == [("Frodo", "added"), (" Frodo", "added")]
+    why = ("its bare form, as an added token, would decode garbled (ByteLevel), and cannot be a vocabulary entry: "
+           "ignore_merges would change how this tokenizer splits existing text")
+    assert summary["skipped"] == [{"token": "Éowyn", "reason": why}]
+    note = f"1 token(s) skipped (e.g. 'Éowyn'): {why}"
+    assert summary["tokenizer_notes"] == [note] and f"WARNING: {note}" in r.stderr
+    old, new = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(tmp_path / "out")
+    for text in ("Éowyn, and Éowyn.", *OLD_TEXTS):
+        assert _ids(new, text) == _ids(old, text), text
+
+
+def test_a_merge_survives_a_model_specific_class_that_rebuilds_the_tokenizer(tmp_path):
+    # transformers 5's GPT2Tokenizer rebuilds the backend from vocab + merges: the merge is kept
+    # (ignore_merges would not be), so the class stays and the word is still one token.
+    src = _bytelevel_checkpoint(tmp_path / "src", lambda data: data["model"]["merges"].pop())
+    cfg_path = src / "tokenizer_config.json"
+    cfg_path.write_text(json.dumps({**json.loads(cfg_path.read_text()), "tokenizer_class": "GPT2Tokenizer"}))
+    old = AutoTokenizer.from_pretrained(src)
+    assert type(old).__name__ == "GPT2Tokenizer"
+    word = _one_token_after_a_space(TokenizerEditor(src).vocab)
+    summary = _add(src, tmp_path / "out", "-t", word)
+    assert [(a["form"], a["mechanism"]) for a in summary["added"]] == [(word, "merge")]
+    assert summary["tokenizer_notes"] == []
+    new = AutoTokenizer.from_pretrained(tmp_path / "out")
+    assert type(new).__name__ == "GPT2Tokenizer"
+    assert _ids(new, word) == [summary["added"][0]["id"]]
+    for text in (f" {word}", f" {word}s", *OLD_TEXTS):
+        assert _ids(new, text) == _ids(old, text), text
 
 
 def test_byte_level_word_already_one_token_after_a_space_is_skipped_when_the_pre_tokenizer_splits_it(tmp_path):
@@ -463,7 +512,8 @@ def test_byte_level_word_already_one_token_after_a_space_is_skipped_when_the_pre
 
 def test_only_skipped_words_say_why_nothing_was_added(tmp_path):
     src = _bytelevel_checkpoint(tmp_path / "src", lambda data: data["model"]["merges"].pop())
-    word = _one_token_after_a_space(TokenizerEditor(src).vocab)
+    ed = TokenizerEditor(src)
+    word = next(w for w in ("default", "argument") if len(ed.encode(w)) >= 3 and "Ġ" + w in ed.vocab)  # no merge
     r = CliRunner().invoke(cli, ["add", "-t", word, str(src), str(tmp_path / "out")])
     assert r.exit_code == 2
     assert r.stderr.strip().splitlines()[-1] == (

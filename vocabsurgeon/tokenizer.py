@@ -8,7 +8,7 @@ that each family, and every loader of it, honours:
 
 | family | mechanism |
 |---|---|
-| byte-level BPE (GPT-2, Llama 3, Qwen) | added tokens "Frodo" and " Frodo" (the space is part of the token); a form that an added token would break is a real entry with `ignore_merges` instead, produced only for a whole pre-token: a bare form the ByteLevel decoder would garble (all its characters are byte symbols, e.g. "Éowyn" -> "Ã\x89owyn"), or a form inside an existing token ("return" inside " return": added tokens match anywhere). A bare form that would split its own word-start token and cannot be an entry is skipped |
+| byte-level BPE (GPT-2, Llama 3, Qwen) | added tokens "Frodo" and " Frodo" (the space is part of the token); a form that an added token would break is a real entry with `ignore_merges` instead, produced only for a whole pre-token: a bare form the ByteLevel decoder would garble (all its characters are byte symbols, e.g. "Éowyn" -> "Ã\x89owyn"), or a form inside an existing token ("return" inside " return": added tokens match anywhere). Where `ignore_merges` would change existing tokenization (some entries are not rebuilt by their merges), such a form that BPE splits into two pieces gets a real entry and one merge, appended last, instead; a word whose bare form would split its own word-start token, or would be garbled, and can be neither is skipped |
 | SentencePiece-style BPE (Llama 2, Mistral, Gemma: Metaspace "▁", byte fallback) | added tokens "Frodo" and " Frodo" |
 | SentencePiece Unigram (T5) | real pieces "▁Frodo" and "Frodo" with the score of the most likely piece |
 | WordPiece (BERT), cased or uncased | a real entry "Frodo" ("frodo" when the tokenizer lowercases: the user is told; a token that would take over an existing word is refused) |
@@ -56,6 +56,8 @@ FILE_AS_WRITTEN_CLASSES = {"PreTrainedTokenizerFast", "TokenizersBackend"}
 STALE_SLOW_FILES = ("tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "vocab.json", "merges.txt", "vocab.txt")
 # Placeholder tokens that models ship for later use (Llama 3, Gemma, BERT): --reuse-reserved takes them.
 RESERVED_TOKEN = re.compile(r"<\|reserved_special_token_\d+\|>|<unused\d+>|\[unused\d+\]|<\|reserved_\d+\|>")
+UNSAFE_FORM = ("its bare form, as an added token, would decode garbled (ByteLevel), and cannot be a vocabulary "
+               "entry: ignore_merges would change how this tokenizer splits existing text")
 GAP_PIECE = "<vocabsurgeon unused {}>"  # Unigram placeholders; the space makes them unreachable
 
 _BYTE_ALPHABET = set(pre_tokenizers.ByteLevel.alphabet())
@@ -122,7 +124,7 @@ class NewToken:
     form: str  # the text this entry stands for: the word, or " " + word for the word-start form
     piece: str  # the string stored in the tokenizer (e.g. "Frodo", " Frodo", "▁Frodo", "Ã\x89owyn")
     id: int
-    mechanism: str  # "vocab" (a real model entry), "added" or "special" (an added token)
+    mechanism: str  # "vocab" (a real model entry), "merge" (an entry and the BPE merge that makes it), "added" or "special"
     pieces: list[int] = field(default_factory=list)  # ids of `form` under the original tokenizer
     normalized: bool = False  # added tokens only: matched on normalized text (uncased WordPiece)
     score: float | None = None  # Unigram only: the piece's log probability
@@ -381,6 +383,16 @@ class TokenizerEditor:
             pieces += [byte_level(w) for w in words if self._garbled(w) and self._whole(w)]
         return {spelled[e]: piece for e, piece in parts_of(pieces, set(spelled)).items()}
 
+    def _pair(self, form: str) -> tuple[str, str] | None:
+        """Byte-level BPE: the two model pieces the original tokenizer splits `form` into, if two."""
+        ids = self.encode(form)
+        if len(ids) != 2:
+            return None
+        a, b = (self.tok.id_to_token(i) for i in ids)
+        if any(x is None or x in self.added or x not in self.vocab for x in (a, b)):
+            return None
+        return a, b
+
     def _splits_word_start(self, w: str) -> bool:
         """Byte-level BPE: whether the original tokenizer has " w" as one model token, which an added
         token `w` would split (added tokens are matched in raw text before pre-tokenization)."""
@@ -410,9 +422,19 @@ class TokenizerEditor:
             out = []
             for form in forms:
                 garbled = self._garbled(form)
+                whole = (garbled or form in risks) and self._whole(form)
                 # A vocabulary entry with ignore_merges is produced only for a whole pre-token, never
-                # inside " return" or "returned"; a garbled one is refused later if merges are not redundant.
-                if (garbled or form in risks) and self._whole(form) and (garbled or self._merges_are_redundant()):
+                # inside " return" or "returned". Where ignore_merges would change existing text, a
+                # form BPE splits into two existing pieces gets one merge instead, at the lowest
+                # priority: it applies only where BPE would otherwise stop at those two pieces, so
+                # never inside " return" (already one token), only where the text has the form
+                # ("returned" -> "return" + "ed"), and loaders that rebuild the tokenizer from vocab +
+                # merges keep it. A word whose garbled bare form can be neither is skipped (plan).
+                if whole and self._merges_are_redundant():
+                    out.append((form, byte_level(form), "vocab", False))
+                elif whole and self._pair(form):
+                    out.append((form, byte_level(form), "merge", False))
+                elif whole and garbled:
                     out.append((form, byte_level(form), "vocab", False))
                 else:
                     if garbled:
@@ -508,6 +530,7 @@ class TokenizerEditor:
         claimed: dict[str, str] = {}
         planned: set[str] = set()
         blocked: dict[str, str] = {}  # word -> why its bare form can be neither an added token nor an entry
+        unsafe: list[str] = []  # words whose garbled bare form cannot be an entry here (see UNSAFE_FORM)
         score = self._unigram_score() if self.family == "unigram" else None
         self.prefetch([f for w in words for f in ((w,) if special else (w, " " + w))])
         risks = self._split_risks(words) if self.family in ("byte-level-bpe", "sentencepiece-bpe") and not special else {}
@@ -531,6 +554,9 @@ class TokenizerEditor:
                 if mech == "added" and form == w and self._splits_word_start(w):
                     blocked[w] = self._why_not_entry(w)
                     continue
+                if mech == "vocab" and self.family == "byte-level-bpe" and not self._merges_are_redundant():
+                    unsafe.append(w)  # a garbled bare form: neither an added token nor an entry is safe
+                    break  # the word is skipped whole (its word-start form alone would not be one word)
                 planned.add(piece)
                 new.append(NewToken(w, form, piece, take(), mech, self.encode(form), normalized,
                                     score if mech == "vocab" else None))
@@ -539,6 +565,8 @@ class TokenizerEditor:
                 skipped.append({"token": w, "reason": (
                     f"already one token after a space ({' ' + w!r}); its bare form would split that token as an "
                     f"added token, and cannot be a vocabulary entry: {blocked[w]}")})
+            elif unsafe and unsafe[-1] == w:
+                skipped.append({"token": w, "reason": UNSAFE_FORM})
             elif not added_any:
                 skipped.append({"token": w, "reason": "already in the vocabulary"})
             elif norm is not None:
@@ -549,6 +577,10 @@ class TokenizerEditor:
             w = next(iter(blocked))
             note = (f"{len(blocked)} token(s) skipped (e.g. {w!r}): already one token after a space; the bare form "
                     f"would split that token as an added token, and cannot be a vocabulary entry ({blocked[w]})")
+            notes.append(note)
+            logger.warning("%s", note)
+        if unsafe:
+            note = f"{len(unsafe)} token(s) skipped (e.g. {unsafe[0]!r}): {UNSAFE_FORM}"
             notes.append(note)
             logger.warning("%s", note)
         splitting = [t for t in new if t.mechanism == "added" and t.form in risks]
@@ -597,7 +629,7 @@ class TokenizerEditor:
     def edited(self, plan: TokenizerPlan) -> dict:
         """The tokenizer.json object with the plan applied (self.data is left as it was)."""
         # Copy only what changes (the top level, the model, its vocab, the added tokens): a deep copy
-        # of a 128k-entry tokenizer costs 0.3 s; merges and the rest are shared, never modified.
+        # of a 128k-entry tokenizer costs 0.3 s; merges (copied only when one is appended) and the rest are shared, never modified.
         data = dict(self.data)
         model = data["model"] = dict(data["model"])
         if isinstance(model.get("vocab"), dict):
@@ -609,6 +641,15 @@ class TokenizerEditor:
         vocab = model.get("vocab")
         if plan.set_ignore_merges:
             model["ignore_merges"] = True
+        merged = sorted((t for t in plan.new if t.mechanism == "merge"), key=lambda t: t.id)
+        if merged:  # appended last: the lowest priority (see _word_entries)
+            merges = model["merges"] = list(model.get("merges") or [])
+            as_text = bool(merges) and isinstance(merges[0], str)  # "a b" (older files) or ["a", "b"]
+            for t in merged:
+                pair = self._pair(t.form)
+                if pair is None or "".join(pair) != t.piece:
+                    raise VocabSurgeonError(f"internal: token {t.text!r} has no merge pair; nothing was written")
+                merges.append(" ".join(pair) if as_text else list(pair))
         # Existing added tokens missing from the model vocabulary get their id there too: on load the
         # library numbers such tokens after the model's entries, which now include the new ones.
         if plan.freed:  # reserved placeholders given up for new tokens (--reuse-reserved)
