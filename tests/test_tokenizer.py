@@ -476,6 +476,20 @@ def test_a_word_whose_garbled_bare_form_cannot_be_an_entry_is_skipped_not_refuse
         assert _ids(new, text) == _ids(old, text), text
 
 
+def test_a_word_start_form_is_not_an_entry_when_its_bare_form_is_an_added_token(tmp_path):
+    # " argu" is part of " argument" and two pieces (a merge would do), but "argu" is three pieces
+    # and stays an added token; as such it would match inside " argu", so " argu" is added too.
+    src = _bytelevel_checkpoint(tmp_path / "src", lambda data: data["model"]["merges"].pop())
+    ed = TokenizerEditor(src)
+    word = next(w for w in ("argu", "defa", "speci") if len(ed.encode(" " + w)) == 2 and len(ed.encode(w)) >= 3)
+    summary = _add(src, tmp_path / "out", "-t", word)
+    assert [(a["form"], a["mechanism"]) for a in summary["added"]] == [(word, "added"), (" " + word, "added")]
+    new = AutoTokenizer.from_pretrained(tmp_path / "out")
+    for a in summary["added"]:
+        assert _ids(new, a["form"]) == [a["id"]]
+        assert _ids(new, f"x{a['form']}, y") .count(a["id"]) == 1
+
+
 def test_a_merge_survives_a_model_specific_class_that_rebuilds_the_tokenizer(tmp_path):
     # transformers 5's GPT2Tokenizer rebuilds the backend from vocab + merges: the merge is kept
     # (ignore_merges would not be), so the class stays and the word is still one token.

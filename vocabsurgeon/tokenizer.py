@@ -440,6 +440,10 @@ class TokenizerEditor:
                     if garbled:
                         logger.warning("token %r: decoding its added token may garble it (ByteLevel decoder)", w)
                     out.append((form, form, "added", False))
+            if out[0][2] == "added" and out[1][2] != "added":
+                # An added token "Resto" would match inside " Resto" before the entry could: the
+                # word-start form falls back to an added token too (longer, so matched first).
+                out[1] = (forms[1], forms[1], "added", False)
             return out
         if fam == "sentencepiece-bpe":
             return [(f, f, "added", False) for f in forms]
