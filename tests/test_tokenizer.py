@@ -490,6 +490,19 @@ def test_a_word_start_form_is_not_an_entry_when_its_bare_form_is_an_added_token(
         assert _ids(new, f"x{a['form']}, y") .count(a["id"]) == 1
 
 
+def test_a_new_entry_that_contains_another_new_words_added_token_becomes_added_too(tmp_path):
+    # "tion" (two pieces, inside "ation") would be a merge, but "tio" (three pieces) stays an added
+    # token, and added tokens are matched first: "tion" would encode as "tio" + "n". Both are added.
+    src = _bytelevel_checkpoint(tmp_path / "src", lambda data: data["model"]["merges"].pop())
+    ed = TokenizerEditor(src)
+    assert len(ed.encode("tion")) == 2 and len(ed.encode("tio")) >= 3
+    summary = _add(src, tmp_path / "out", "-t", "tion", "-t", "tio")
+    assert {a["mechanism"] for a in summary["added"]} == {"added"}
+    new = AutoTokenizer.from_pretrained(tmp_path / "out")
+    for a in summary["added"]:
+        assert _ids(new, a["form"]) == [a["id"]], a
+
+
 def test_a_merge_survives_a_model_specific_class_that_rebuilds_the_tokenizer(tmp_path):
     # transformers 5's GPT2Tokenizer rebuilds the backend from vocab + merges: the merge is kept
     # (ignore_merges would not be), so the class stays and the word is still one token.

@@ -393,6 +393,19 @@ class TokenizerEditor:
             return None
         return a, b
 
+    def _demote_shadowed(self, new: list[NewToken]) -> None:
+        """Byte-level BPE: a new entry (vocab or merge) that contains a new added token ("tion" and an
+        added "tio") would be split by it, since added tokens are matched first: make the entry an
+        added token too (the longer one is then matched first), until no entry contains one."""
+        while True:
+            added = {byte_level(t.form) for t in new if t.mechanism == "added"}
+            shadowed = [t for t in new if t.mechanism in ("vocab", "merge") and added and parts_of([t.piece], added)]
+            if not shadowed:
+                return
+            for t in shadowed:
+                logger.info("token %r: %r contains a new added token; it becomes an added token", t.text, t.form)
+                t.mechanism, t.piece = "added", t.form
+
     def _splits_word_start(self, w: str) -> bool:
         """Byte-level BPE: whether the original tokenizer has " w" as one model token, which an added
         token `w` would split (added tokens are matched in raw text before pre-tokenization)."""
@@ -577,6 +590,8 @@ class TokenizerEditor:
                 note = f"token {w!r} is stored as {norm!r}: the tokenizer normalizes text (e.g. lowercases) before lookup"
                 notes.append(note)
                 logger.warning("%s", note)
+        if self.family == "byte-level-bpe":
+            self._demote_shadowed(new)
         if blocked:
             w = next(iter(blocked))
             note = (f"{len(blocked)} token(s) skipped (e.g. {w!r}): already one token after a space; the bare form "
