@@ -394,9 +394,10 @@ class TokenizerEditor:
         return a, b
 
     def _demote_shadowed(self, new: list[NewToken]) -> None:
-        """Byte-level BPE: a new entry (vocab or merge) that contains a new added token ("tion" and an
-        added "tio") would be split by it, since added tokens are matched first: make the entry an
-        added token too (the longer one is then matched first), until no entry contains one."""
+        """Byte-level BPE: a new entry (vocab or merge) that contains a new added token (" Resto" and
+        an added "Resto", "tion" and an added "tio") would be split by it, since added tokens are
+        matched first: make the entry an added token too (the longer one is then matched first),
+        until no entry contains one."""
         while True:
             added = {byte_level(t.form) for t in new if t.mechanism == "added"}
             shadowed = [t for t in new if t.mechanism in ("vocab", "merge") and added and parts_of([t.piece], added)]
@@ -453,10 +454,6 @@ class TokenizerEditor:
                     if garbled:
                         logger.warning("token %r: decoding its added token may garble it (ByteLevel decoder)", w)
                     out.append((form, form, "added", False))
-            if out[0][2] == "added" and out[1][2] != "added":
-                # An added token "Resto" would match inside " Resto" before the entry could: the
-                # word-start form falls back to an added token too (longer, so matched first).
-                out[1] = (forms[1], forms[1], "added", False)
             return out
         if fam == "sentencepiece-bpe":
             return [(f, f, "added", False) for f in forms]
