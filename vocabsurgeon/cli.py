@@ -177,12 +177,16 @@ def hub_options(which: str, note: str = "", token_use: str = ""):
     return decorate
 
 
-# Commands that read two checkpoints take one --revision, for the one(s) given as repo ids: the usual
-# case is one repo id (the original on the Hub) and one local output; per-argument revisions would
-# double the options for the rare comparison of two revisions of one repo, which this note covers.
-_TWO_CHECKPOINTS = ("whichever of {} is a Hub repo id, both when both are",
-                    "To use two revisions of one repo, download one with `hf download REPO --revision REV "
-                    "--local-dir DIR` and pass DIR.")
+def two_checkpoint_hub_options(names: str):
+    """hub_options of a command that reads two checkpoints (`names`, e.g. "A and B").
+
+    One --revision, for the one(s) given as repo ids: the usual case is one repo id (the original on
+    the Hub) and one local output; per-argument revisions would double the options for the rare
+    comparison of two revisions of one repo, which the help's note covers.
+    """
+    return hub_options(f"whichever of {names} is a Hub repo id, both when both are",
+                       "To use two revisions of one repo, download one with `hf download REPO --revision REV "
+                       "--local-dir DIR` and pass DIR.")
 
 
 @cli.command()
@@ -363,7 +367,7 @@ _DEVICE_OPTION = click.option("--device", default="auto", show_default=True,
 @click.option("--embedding-key", help="Name of the input embedding tensor, for architectures not in the table.")
 @click.option("--lm-head-key", help="Name of the output matrix tensor, for architectures not in the table.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
-@hub_options(_TWO_CHECKPOINTS[0].format("A and B"), _TWO_CHECKPOINTS[1])
+@two_checkpoint_hub_options("A and B")
 @common_options
 @click.pass_context
 def compare(ctx, a, b, k, which, device, plot, embedding_key, lm_head_key, as_json, revision, hf_token):
@@ -551,7 +555,7 @@ def push_command(ctx, out, repo_id, private, revision, create_pr, token, message
 @click.option("--device", default="auto", show_default=True,
               help="Where to run the models: auto (CUDA when present, spread with accelerate), cpu, cuda.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
-@hub_options(_TWO_CHECKPOINTS[0].format("BASE and NEW"), _TWO_CHECKPOINTS[1])
+@two_checkpoint_hub_options("BASE and NEW")
 @common_options
 @click.pass_context
 def validate(ctx, base, new, seed, device, as_json, corpus, max_tokens, plot, revision, hf_token, **limits):

@@ -30,7 +30,7 @@ import numpy as np
 from .architectures import detect
 from .checkpoint import Checkpoint
 from .errors import InputError
-from .hub import Source, resolve_checkpoints
+from .hub import Source, resolve_checkpoint, resolve_checkpoints
 from .tokenizer import BYTE_SYMBOLS
 
 logger = logging.getLogger(__name__)
@@ -573,7 +573,7 @@ def neighbors(path: str | Path, queries: Sequence[str], k: int = DEFAULT_K, *, m
     """
     if metric not in METRICS:
         raise InputError(f"--metric {metric!r} is not one of {', '.join(METRICS)}")
-    (src,) = resolve_checkpoints([path], revision=revision, token=token)
+    src = resolve_checkpoint(path, revision=revision, token=token)
     space = load_space(src.path, which, embedding_key=embedding_key, lm_head_key=lm_head_key)
     rows = [find_row(space, q) for q in queries]
     _check_k(k, len(space.strings), f"'{space.tensor}'")
