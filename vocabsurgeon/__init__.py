@@ -12,7 +12,7 @@ from .hub import PushResult, push, resolve_checkpoint  # noqa: E402
 from .modelcard import model_card, write_model_card  # noqa: E402
 from .init import STRATEGIES, kl_bound  # noqa: E402
 from .surgery import AddJob, AddOptions, AddResult, Plan, add_tokens, apply, open_target, plan_add, plan_tokens  # noqa: E402
-from .tokenizer import read_tokens_file  # noqa: E402
+from .wordlist import read_tokens_file  # noqa: E402
 
 # The checks run models (torch, transformers): imported on first use, so that `import vocabsurgeon`
 # and a plain `add` stay light. (`compare` is also the name of its module: import it from

@@ -263,7 +263,7 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
     from .errors import InputError
     from .surgery import AddJob, AddOptions, open_target, plan_tokens
     from .writer import check_output_path
-    from .tokenizer import read_tokens_file
+    from .wordlist import read_tokens_file
 
     tokens = read_tokens_file(tokens_file) if tokens_file else []
     for t in inline:
