@@ -72,10 +72,39 @@ def test_existing_output_is_refused_without_force(gpt2_ckpt, tokens, tmp_path):
     assert r.exit_code == 2
     assert r.stderr.strip() == f"Error: {out}: exists and is not empty; pass --force to replace it, or choose another directory"
     assert (out / "keep.txt").read_text() == "mine"
+    # --force replaces only an earlier output of vocabsurgeon: an unrelated directory is kept.
     r = run("add", "--tokens", tokens, "--force", gpt2_ckpt, out)
-    assert r.exit_code == 0
+    assert r.exit_code == 2
+    assert r.stderr.strip() == (
+        f"Error: {out}: is not empty and is not an earlier vocabsurgeon output (no vocabsurgeon_report.json and no "
+        "model card tagged vocabsurgeon), so --force will not delete it; remove it yourself or choose another directory")
+    assert (out / "keep.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("earlier", ["card", "report"])
+def test_force_replaces_an_earlier_output(gpt2_ckpt, tokens, tmp_path, earlier):
+    out = tmp_path / "out"
+    assert run("add", "--tokens", tokens, "--no-validate", gpt2_ckpt, out).exit_code == 0
+    (out / "keep.txt").write_text("stale")
+    if earlier == "report":
+        (out / "README.md").unlink()
+        (out / "vocabsurgeon_report.json").write_text("{}")
+    r = run("add", "-t", "Gandalf", "--no-validate", "--force", gpt2_ckpt, out)
+    assert r.exit_code == 0, r.output
     assert not (out / "keep.txt").exists() and (out / "model.safetensors").exists()
     assert not list(tmp_path.glob(".out.vocabsurgeon-staging-*"))
+
+
+@pytest.mark.parametrize("where", [".", ".."])
+def test_the_current_directory_is_refused_before_any_work(gpt2_ckpt, tokens, tmp_path, monkeypatch, where):
+    work = tmp_path / "work" / "here"
+    work.mkdir(parents=True)
+    monkeypatch.chdir(work)
+    r = run("add", "--tokens", tokens, "--force", gpt2_ckpt, where)
+    assert r.exit_code == 2
+    assert r.stderr.strip() == (f"Error: {where}: the output is the current directory or contains it; "
+                                "choose a new directory, e.g. out/model")
+    assert not list(tmp_path.rglob("*vocabsurgeon-staging*")) and list(work.iterdir()) == []
 
 
 def test_output_inside_input_is_refused(gpt2_ckpt, tokens):

@@ -146,3 +146,11 @@ def test_write_model_card_does_not_import_the_repocard_module(tmp_path):
 
 def test_doctests():
     assert doctest.testmod(mc, raise_on_error=False).failed == 0
+
+
+@pytest.mark.parametrize("given, shown", [("/home/me/models/gpt2-tiny", "gpt2-tiny"), ("ckpt/", "ckpt")])
+def test_a_local_base_is_named_by_its_directory_never_by_its_full_path(given, shown):
+    summary = {**_summary(), "input": given, "base": {"name": given, "repo_id": None, "revision": None, "commit": None}}
+    text = mc.model_card_text(summary)
+    assert f"the local checkpoint `{shown}`" in text
+    assert "/home/me" not in text and "ckpt/" not in text

@@ -81,6 +81,14 @@ def test_untied_grows_both_with_separate_inits(llama_ckpt, tmp_path):
     assert torch.equal(emb[word_start.id], want)
 
 
+def test_index_metadata_counts_the_new_parameters_as_transformers_does(llama_ckpt, tmp_path):
+    add_tokens(llama_ckpt, tmp_path / "out", ["Frodo", "Aragorn"])
+    meta = json.loads((tmp_path / "out" / "model.safetensors.index.json").read_text())["metadata"]
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "out")
+    assert meta["total_parameters"] == model.num_parameters()
+    assert meta["total_size"] == sum(p.numel() * p.element_size() for p in model.state_dict().values())
+
+
 def test_seed_makes_output_deterministic(gpt2_ckpt, tmp_path):
     a = add_tokens(gpt2_ckpt, tmp_path / "a", ["Frodo"], init="mean-noise", seed=7)
     b = add_tokens(gpt2_ckpt, tmp_path / "b", ["Frodo"], init="mean-noise", seed=7)

@@ -24,6 +24,7 @@ from typing import Iterator
 import numpy as np
 
 from .errors import InputError
+from .filenames import CONFIG_NAME, INDEX_NAME, SINGLE_NAME
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +39,6 @@ FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
 # How each float dtype is stored, as a NumPy dtype of the same width (bf16 as its raw 16 bits).
 _STORAGE = {"F16": np.float16, "BF16": np.uint16, "F32": np.float32, "F64": np.float64}
 
-INDEX_NAME = "model.safetensors.index.json"
-SINGLE_NAME = "model.safetensors"
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the format's own limit
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 LFS_MAGIC = b"version https://git-lfs"
@@ -215,7 +214,7 @@ class Checkpoint:
         root = Path(path)
         if not root.is_dir():
             raise InputError(f"{root}: not a directory; pass a checkpoint directory (config.json + *.safetensors)")
-        config = read_json(root / "config.json")
+        config = read_json(root / CONFIG_NAME)
         index_path, single = root / INDEX_NAME, root / SINGLE_NAME
         if index_path.exists() and single.exists():
             raise InputError(

@@ -30,6 +30,7 @@ import numpy as np
 from .architectures import detect
 from .checkpoint import Checkpoint
 from .errors import InputError
+from .filenames import TOKENIZER_FILE
 from .hub import Source, resolve_checkpoint, resolve_checkpoints
 from .tokenizer import BYTE_SYMBOLS
 
@@ -40,7 +41,6 @@ METRICS = ("dot", "cosine")
 WHICH = ("input", "output")
 PERCENTILES = (5, 25, 50, 75, 95)
 CHUNK_BYTES = {"cpu": 64 << 20, "cuda": 1 << 30}  # size of one (chunk x n) block of scores
-TOKENIZER_FILE = "tokenizer.json"
 
 
 # ----------------------------------------------------------------------------------------------

@@ -21,9 +21,12 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .checkpoint import INDEX_NAME, PICKLE_SUFFIXES, SINGLE_NAME, Checkpoint
+from .checkpoint import PICKLE_SUFFIXES, Checkpoint
+from .filenames import (
+    CARD_NAME, CHAT_TEMPLATE_FILES, CONFIG_NAME, GENERATION_CONFIG_NAME, INDEX_NAME, SINGLE_NAME, STALE_SLOW_FILES,
+    TOKENIZER_CONFIG, TOKENIZER_FILE,
+)
 from .errors import InputError, PushError
-from .tokenizer import STALE_SLOW_FILES
 
 logger = logging.getLogger(__name__)
 
@@ -33,8 +36,8 @@ REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 # Files that surgery reads or carries over, at the repository root. Weights are added from the index.
 PULL_FILES = (
-    "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-    "added_tokens.json", "chat_template.jinja", "chat_template.json", "README.md", "preprocessor_config.json",
+    CONFIG_NAME, GENERATION_CONFIG_NAME, TOKENIZER_FILE, TOKENIZER_CONFIG, "special_tokens_map.json",
+    "added_tokens.json", *CHAT_TEMPLATE_FILES, CARD_NAME, "preprocessor_config.json",
     "processor_config.json", "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json",
 )
 # sentence-transformers module configs (1_Pooling/config.json, 2_Normalize/config.json)
@@ -184,7 +187,7 @@ def pull(repo_id: str, revision: str | None = None, token: str | None = None) ->
                 )
             raise InputError(f"{where}: no {SINGLE_NAME} or {INDEX_NAME} in the repo; pass a safetensors checkpoint")
         wanted = weights + sorted(f for f in files if f in PULL_FILES or _MODULE_CONFIG.fullmatch(f))
-        if "tokenizer.json" not in files:  # only then does surgery read (and convert) a slow tokenizer
+        if TOKENIZER_FILE not in files:  # only then does surgery read (and convert) a slow tokenizer
             wanted += sorted(f for f in files if f in STALE_SLOW_FILES)
         logger.info("downloading %d files of %s (commit %s)", len(wanted), repo_id, commit)
         # By the revision asked for, not the commit: the cache then records the branch, for offline reruns.

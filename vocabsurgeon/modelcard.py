@@ -21,10 +21,10 @@ import os
 import re
 from pathlib import Path
 
+from .filenames import CARD_NAME, TOKENS_LIST_NAME
+
 logger = logging.getLogger(__name__)
 
-CARD_NAME = "README.md"
-TOKENS_LIST_NAME = "added_tokens.txt"
 MAX_LISTED = 40  # words listed in the card; more go to TOKENS_LIST_NAME
 TAG = "vocabsurgeon"
 # huggingface_hub.repocard.REGEX_YAML_BLOCK (copied: importing that module costs 0.3 s), the
@@ -104,7 +104,14 @@ def _base_line(summary: dict) -> tuple[str, str | None]:
     where = f" ({', '.join(at)})" if at else ""
     if repo:
         return f"[{repo}]({constants.ENDPOINT}/{repo}){where}", repo
-    return f"the local checkpoint `{summary.get('input')}`{where}", None
+    # Only the directory's name: the card is published, and a full local path would show the
+    # user's directory layout on the Hub.
+    return f"the local checkpoint `{_local_name(summary.get('input'))}`{where}", None
+
+
+def _local_name(path) -> str:
+    """The last part of a local path ('.' and 'ckpt/' included), never the directories above it."""
+    return Path(str(path or "model")).resolve().name or "model"
 
 
 def _validation_section(report: dict | None, plot_rel: str | None) -> list[str]:
@@ -218,7 +225,7 @@ def _card_source(summary: dict, report: dict | None = None, *, base_card: str | 
     words = _words(summary)
     init = summary.get("init", {})
     tied = summary.get("tied")
-    title = repo.split("/")[-1] if repo else Path(str(summary.get("input", "model"))).name
+    title = repo.split("/")[-1] if repo else _local_name(summary.get("input"))
     lines = [
         f"# {title} + {len(words)} new word{'s' if len(words) != 1 else ''}", "",
         f"This checkpoint is {base_text} with {len(words)} new word(s) added to its vocabulary by "

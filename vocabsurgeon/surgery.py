@@ -615,7 +615,10 @@ def _write_metadata_files(plan: Plan, stage: Path, grown: dict[str, GrownTensor]
         for t in ckpt.tensors.values():
             g = grown.get(t.name)
             total += t.nbytes + (len(g.tail) if g else 0)
-        index.setdefault("metadata", {})["total_size"] = total
+        meta = index.setdefault("metadata", {})
+        meta["total_size"] = total
+        if isinstance(meta.get("total_parameters"), int):  # transformers writes num_parameters() here
+            meta["total_parameters"] += _parameters_added(plan, grown)
         write_json(stage / INDEX_NAME, index)
     config = json.loads(json.dumps(ckpt.config))
     for path in plan.layout.vocab_keys:
@@ -626,6 +629,17 @@ def _write_metadata_files(plan: Plan, stage: Path, grown: dict[str, GrownTensor]
     write_json(stage / "config.json", config)
     if plan.tokens.new:
         plan.editor.write(plan.tokens, stage)
+
+
+def _parameters_added(plan: Plan, grown: dict[str, GrownTensor]) -> int:
+    """Parameters the grown tensors add, counted as `model.num_parameters()` counts them: a tied
+    matrix and its aliases (T5's encoder/decoder.embed_tokens) are one parameter."""
+    added = 0
+    for name, g in grown.items():
+        if name not in plan.layout.aliases:
+            old = plan.ckpt.tensors[name].shape
+            added += math.prod(g.shape) - math.prod(old)
+    return added
 
 
 # Files that are rewritten above, or that must never be carried over.

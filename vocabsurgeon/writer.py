@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import queue
+import re
 import shutil
 import threading
 import time
@@ -29,6 +30,7 @@ from typing import Callable, Iterator, Sized
 
 from .checkpoint import DTYPE_SIZES, ShardHeader
 from .errors import InputError, OutputExistsError, VocabSurgeonError
+from .filenames import CARD_NAME, REPORT_NAME
 
 logger = logging.getLogger(__name__)
 
@@ -377,18 +379,47 @@ def sweep_stale_staging(out: Path) -> list[Path]:
 
 
 def check_output_path(src: Path, out: Path, force: bool) -> None:
-    """Refuse an output that is the input, inside it, contains it, or exists non-empty without --force."""
-    s, o = src.resolve(), out.resolve()
+    """Refuse, before any work, an output that is the input, inside it, contains it, is or contains
+    the current directory, or exists non-empty (without --force, or with --force when it is not an
+    earlier vocabsurgeon output)."""
+    s, o, here = src.resolve(), out.resolve(), Path.cwd().resolve()
     if o == s or s in o.parents:
         raise InputError(f"{out}: the output may not be the input checkpoint or inside it; choose another directory")
     if o in s.parents:
         raise InputError(f"{out}: the output directory contains the input checkpoint; choose another directory")
+    if o == here or o in here.parents:
+        # The output appears by renaming a staging directory onto it; the directory a process works
+        # in cannot be replaced that way (EBUSY at the very end of the job).
+        raise InputError(f"{out}: the output is the current directory or contains it; choose a new directory, "
+                         "e.g. out/model")
     if out.exists() and not out.is_dir():
         raise OutputExistsError(f"{out}: exists and is not a directory; choose another output path")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise OutputExistsError(f"{out}: exists and is not empty; pass --force to replace it, or choose another directory")
+    if out.is_dir() and any(out.iterdir()):
+        if not force:
+            raise OutputExistsError(f"{out}: exists and is not empty; pass --force to replace it, or choose another directory")
+        if not is_earlier_output(out):
+            raise OutputExistsError(
+                f"{out}: is not empty and is not an earlier vocabsurgeon output (no {REPORT_NAME} and no model card "
+                f"tagged vocabsurgeon), so --force will not delete it; remove it yourself or choose another directory")
     if out.parent.exists() and not out.parent.is_dir():
         raise InputError(f"{out.parent}: is not a directory; choose another output path")
+
+
+# The tag line of a card's YAML metadata: `- vocabsurgeon` in a tags list, or `tags: vocabsurgeon`.
+_TAGGED = re.compile(r"^(?:\s*-\s*|tags:\s*)['\"]?vocabsurgeon['\"]?\s*$", re.M)
+
+
+def is_earlier_output(path: Path) -> bool:
+    """Whether directory `path` looks like what `add` writes: its report, or a model card whose
+    metadata carries the vocabsurgeon tag. Only such a directory is replaced by --force."""
+    if (path / REPORT_NAME).is_file():
+        return True
+    try:
+        card = (path / CARD_NAME).read_text(encoding="utf-8", errors="replace")[:65536]
+    except OSError:
+        return False
+    parts = card.split("---", 2)
+    return card.startswith("---") and len(parts) == 3 and bool(_TAGGED.search(parts[1]))
 
 
 @contextlib.contextmanager
