@@ -138,14 +138,23 @@ def test_pickle_checkpoint_is_refused_and_never_unpickled(tmp_path, tokens):
 @pytest.mark.parametrize(
     "content,message",
     [
-        (b"Frodo\n\nSam\n", "lotr.txt:2: empty or whitespace-only token; remove the line"),
-        (b"Frodo\n   \n", "lotr.txt:2: empty or whitespace-only token; remove the line"),
         (b"Frodo\nSam\xff\n", "lotr.txt:2: invalid UTF-8 at byte 3; save the file as UTF-8"),
         (b"Frodo\nSam\nFrodo\n", "lotr.txt:3: token 'Frodo' duplicates line 1; remove one of them"),
         (b"Fro\x07do\n", "lotr.txt:1: token 'Fro\\x07do' contains control character U+0007; remove it"),
         (b"x" * 300 + b"\n", "lotr.txt:1: token is 300 characters, over the limit of 256; shorten it"),
         (b" Frodo\n", "lotr.txt:1: token ' Frodo' has leading or trailing whitespace; remove it "
                       "(word-start forms like ' Frodo' are added automatically)"),
+        (b'["Frodo", "Gandalf"]\n', "lotr.txt: looks like JSON; write one token per line (no brackets, quotes or commas)"),
+        (b'[\n  "Frodo",\n  "Gandalf"\n', "lotr.txt: looks like JSON; write one token per line (no brackets, quotes or commas)"),
+        (b"Frodo,Gandalf,Aragorn\n", "lotr.txt:1: looks like comma-separated values; write one token per line"),
+        (b"# names\nFrodo, Sam\nMerry,Pippin\n",
+         "lotr.txt:2: looks like comma-separated values; write one token per line (2 such lines)"),
+        (b"# only comments\n\n", "lotr.txt: no tokens in the file; write one token per line"),
+        (b"Frodo\n Sam\nFrodo\nMer\x07ry\nSam\xff\n",
+         "lotr.txt: 4 problems, fix them all and rerun: line 2: token ' Sam' has leading or trailing whitespace; "
+         "remove it (word-start forms like ' Frodo' are added automatically); line 3: token 'Frodo' duplicates "
+         "line 1; remove one of them; line 4: token 'Mer\\x07ry' contains control character U+0007; remove it; "
+         "line 5: invalid UTF-8 at byte 3; save the file as UTF-8"),
     ],
 )
 def test_bad_tokens_file(gpt2_ckpt, tmp_path, content, message):
@@ -154,6 +163,30 @@ def test_bad_tokens_file(gpt2_ckpt, tmp_path, content, message):
     r = run("add", "--tokens", p, gpt2_ckpt, tmp_path / "out")
     assert r.exit_code == 2
     assert r.stderr.strip() == f"Error: {tmp_path}/{message}"
+    assert not (tmp_path / "out").exists()
+
+
+def test_tokens_file_comments_blank_lines_and_escaped_hash(gpt2_ckpt, tmp_path):
+    p = tmp_path / "words.txt"
+    p.write_bytes(b"# Tolkien names\r\nFrodo\r\n\r\n  \n\\#Shire\n1,000\nf(a,b)\n\n")
+    r = run("add", "--tokens", p, "--dry-run", "--json", gpt2_ckpt, tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    assert [a["token"] for a in json.loads(r.stdout)["added"][::2]] == ["Frodo", "#Shire", "1,000", "f(a,b)"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-t", "Frodo "], "-t 'Frodo ': token 'Frodo ' has leading or trailing whitespace; remove it "
+                       "(word-start forms like ' Frodo' are added automatically)"),
+    (["-t", ""], "-t '': empty or whitespace-only token; remove it"),
+    (["-t", "a\tb"], "-t 'a\\tb': token 'a\\tb' contains control character U+0009; remove it"),
+    (["-t", "Frodo", "-t", "Frodo", "-t", " "],
+     "-t: 2 problems, fix them all and rerun: -t 'Frodo': token 'Frodo' is given twice; remove one; "
+     "-t ' ': empty or whitespace-only token; remove it"),
+])
+def test_inline_tokens_get_the_checks_a_tokens_file_gets(gpt2_ckpt, tmp_path, args, message):
+    r = run("add", *args, gpt2_ckpt, tmp_path / "out")
+    assert r.exit_code == 2
+    assert r.stderr.strip() == f"Error: {message}"
     assert not (tmp_path / "out").exists()
 
 

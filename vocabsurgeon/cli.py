@@ -193,7 +193,8 @@ def two_checkpoint_hub_options(names: str):
 @click.argument("src", type=click.Path(file_okay=False, path_type=str))
 @click.argument("out", type=click.Path(path_type=str))
 @click.option("--tokens", "tokens_file", type=click.Path(dir_okay=False, path_type=str),
-              help="UTF-8 file with one new token per line.")
+              help="UTF-8 file with one new token per line; '#' starts a comment line (write '\\#' for a "
+                   "token that starts with '#'), blank lines are ignored.")
 @click.option("-t", "--token", "inline", multiple=True, help="A new token (repeatable), in addition to --tokens.")
 @click.option("--init", default="mean", show_default=True, type=STRATEGY_CHOICE,
               help="Init strategy of the new rows of every matrix.")
@@ -263,15 +264,9 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
     from .errors import InputError
     from .surgery import AddJob, AddOptions, open_target, plan_tokens
     from .writer import check_output_path
-    from .wordlist import read_tokens_file
+    from .wordlist import gather_tokens
 
-    tokens = read_tokens_file(tokens_file) if tokens_file else []
-    for t in inline:
-        if t in tokens:
-            raise InputError(f"token {t!r} is given twice; remove one")
-        tokens.append(t)
-    if not tokens:
-        raise InputError("no tokens given; pass --tokens FILE (one token per line) or -t TOKEN")
+    tokens = gather_tokens(tokens_file, inline)
     if not push_to:
         given = [f for f, v in (("--push-revision", push_revision), ("--private", private),
                                 ("--create-pr", create_pr), ("--message", message)) if v]
