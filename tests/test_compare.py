@@ -134,6 +134,41 @@ def test_device_plumbing_on_cpu():
     np.testing.assert_array_equal(knn_match(torch.from_numpy(a), torch.from_numpy(b), 5), expected)
 
 
+def _uncased_checkpoint(path: Path) -> Path:
+    """A tiny Llama with an uncased BERT tokenizer, padding on in tokenizer.json (as sentence-transformers ship)."""
+    import transformers as T
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "hello", "world", "shire", "the", "a", "##s", "##o", "[MASK]"]
+    tok = T.BertTokenizer(vocab={w: i for i, w in enumerate(words)}, do_lower_case=True)
+    torch.manual_seed(0)
+    cfg = T.LlamaConfig(vocab_size=len(words), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                        num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
+    T.LlamaForCausalLM(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    data = json.loads((path / "tokenizer.json").read_text())
+    data["padding"] = {"strategy": {"Fixed": 16}, "direction": "Right", "pad_to_multiple_of": None,
+                       "pad_id": 0, "pad_type_id": 0, "pad_token": "[PAD]"}
+    (path / "tokenizer.json").write_text(json.dumps(data))
+    return path
+
+
+def test_cli_neighbors_reads_a_query_as_the_tokenizer_does_and_answers_the_others(tmp_path):
+    ckpt = _uncased_checkpoint(tmp_path / "uncased")
+    r = invoke("neighbors", ckpt, "Hello", "Frodo", "WORLD", "--k", 2, "--json")
+    assert r.exit_code == 2
+    got = json.loads(r.stdout)["tokens"]
+    assert [(g["query"], g.get("id")) for g in got] == [("Hello", 4), ("Frodo", None), ("WORLD", 5)]
+    assert len(got[0]["neighbors"]) == len(got[2]["neighbors"]) == 2
+    message = (f"'Frodo' is not one token of {ckpt / 'tokenizer.json'} (it splits into '[UNK]'); pass one "
+               "of those pieces, a row as '#id', or add the word first with `vocabsurgeon add`")
+    assert got[1]["error"] == message
+    assert r.stderr == f"Error: {message}\n"
+    r = invoke("neighbors", ckpt, "Hello", "Frodo", "--k", 2)
+    assert r.exit_code == 2
+    assert r.stdout.splitlines()[0] == "'hello' (id 4):" and len(r.stdout.splitlines()) == 3
+    assert r.stderr == f"Error: {message}\n"
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown when there is no GPU")
 def test_cuda_without_gpu_is_a_clear_error():
     x = rng_matrix(15, 10, 3)

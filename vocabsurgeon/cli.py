@@ -454,7 +454,12 @@ def neighbors(ctx, ckpt, tokens, k, metric, which, device, embedding_key, lm_hea
         _emit({"checkpoint": ckpt, "k": k, "metric": metric, "which": which,
                "tokens": [n.to_dict() for n in found]})
     else:
-        click.echo("\n".join(n.describe() for n in found))
+        click.echo("\n".join(n.describe() for n in found if n.error is None))
+    failed = [n for n in found if n.error is not None]
+    for n in failed:
+        click.echo(f"Error: {n.error}", err=True)
+    if failed:  # every other query was answered; the exit status still says that one was not
+        ctx.exit(2)
 
 
 def _validation_brief(report: dict, out) -> dict:

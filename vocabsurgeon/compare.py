@@ -512,12 +512,15 @@ class Neighbors:
     """The nearest neighbours of one token: (row, readable text, score), best first."""
 
     query: str  # as the user gave it
-    row: int
+    row: int | None  # None when the query names no row (see `error`)
     token: str  # readable text of the row
     neighbors: list[tuple[int, str, float]] = field(default_factory=list)
+    error: str | None = None  # why the query names no row; the other queries are still answered
 
     def to_dict(self) -> dict:
-        """The --json form: the query, its row and text, and the neighbours best first."""
+        """The --json form: the query, its row and text, and the neighbours best first (or the error)."""
+        if self.error is not None:
+            return {"query": self.query, "error": self.error}
         return {"query": self.query, "id": self.row, "token": self.token,
                 "neighbors": [{"id": i, "token": t, "score": s} for i, t, s in self.neighbors]}
 
@@ -547,8 +550,15 @@ def find_row(space: Space, query: str) -> int:
         raise InputError(f"{query!r}: {space.path} has no {TOKENIZER_FILE}; name rows by id, e.g. '#42'")
     from tokenizers import Tokenizer
 
-    enc = Tokenizer.from_file(str(space.path / TOKENIZER_FILE)).encode(query, add_special_tokens=False)
-    pieces = " ".join(space.display(i) if i < rows else f"#{i}" for i in enc.ids)
+    tok = Tokenizer.from_file(str(space.path / TOKENIZER_FILE))
+    tok.no_padding()  # a sentence-transformers tokenizer.json pads every encoding to 128 ids
+    tok.no_truncation()
+    ids = tok.encode(query, add_special_tokens=False).ids
+    model = json.loads(tok.to_str())["model"]
+    unk = model.get("unk_id") if model.get("type") == "Unigram" else tok.token_to_id(model.get("unk_token") or "")
+    if len(ids) == 1 and ids[0] < rows and ids[0] != unk:
+        return ids[0]  # the tokenizer's own reading of the query: "Hello" is "hello" when uncased
+    pieces = " ".join(space.display(i) if i < rows else f"#{i}" for i in ids)
     raise InputError(
         f"{query!r} is not one token of {space.path / TOKENIZER_FILE} (it splits into {pieces}); pass one "
         "of those pieces, a row as '#id', or add the word first with `vocabsurgeon add`"
@@ -568,18 +578,36 @@ def neighbors(path: str | Path, queries: Sequence[str], k: int = DEFAULT_K, *, m
         metric: "dot" (inner product, what the model computes) or "cosine" (direction only).
         which: "input" (embedding) or "output" (lm_head, the embedding when tied).
 
+    Returns:
+        One `Neighbors` per query, in order. A query that is not one row (the message shows its
+        pieces) gets `error` set and no neighbours; the others are answered all the same.
+
     Raises:
-        InputError: for a token that is not one row (the message shows its pieces) or a bad option.
+        InputError: a bad option, or a checkpoint that cannot be read.
     """
     if metric not in METRICS:
         raise InputError(f"--metric {metric!r} is not one of {', '.join(METRICS)}")
     src = resolve_checkpoint(path, revision=revision, token=token)
     space = load_space(src.path, which, embedding_key=embedding_key, lm_head_key=lm_head_key)
-    rows = [find_row(space, q) for q in queries]
     _check_k(k, len(space.strings), f"'{space.tensor}'")
-    ids, scores = top_k(space.matrix, k, metric=metric, rows=rows, device=device)
+    rows: list[int | None] = []
+    errors: list[str | None] = []
+    for q in queries:
+        try:
+            rows.append(find_row(space, q))
+            errors.append(None)
+        except InputError as e:
+            rows.append(None)
+            errors.append(str(e))
+    found = [r for r in rows if r is not None]
+    ids, scores = top_k(space.matrix, k, metric=metric, rows=found, device=device) if found else ([], [])
+    answers = iter(zip(ids, scores))
     out = []
-    for q, r, nid, ns in zip(queries, rows, ids, scores):
+    for q, r, err in zip(queries, rows, errors):
+        if r is None:
+            out.append(Neighbors(q, None, "", error=err))
+            continue
+        nid, ns = next(answers)
         out.append(Neighbors(q, r, space.text(r),
                              [(int(i), space.text(int(i)), float(s)) for i, s in zip(nid, ns)]))
     return out
