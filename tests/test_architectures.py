@@ -270,7 +270,7 @@ def test_add_grows_every_vocabulary_tensor_and_keeps_the_model(family, built, tm
     vocab_tensors = {name for name, t in a.tensors.items() if t.shape[0] == n}
     assert vocab_tensors == set(fam.tensors)
     assert set(summary["tensors"]) == vocab_tensors
-    for name, t in a.tensors.items():
+    for name in a.tensors:
         old, new = _tensor(src, a, name), _tensor(out, b, name)
         if name in vocab_tensors:
             assert new.shape == (rows_after, *old.shape[1:]), name

@@ -443,7 +443,8 @@ def read_json(path: Path) -> dict:
     except UnicodeDecodeError:
         raise InputError(f"{path}: is not valid UTF-8; the file is corrupt, re-download it") from None
     except json.JSONDecodeError as e:
-        raise InputError(f"{path}: is not valid JSON ({e.msg} at line {e.lineno}); the file is truncated or corrupt, re-download it") from None
+        raise InputError(f"{path}: is not valid JSON ({e.msg} at line {e.lineno}); the file is truncated or corrupt, "
+                         "re-download it") from None
     if not isinstance(obj, dict):
         raise InputError(f"{path}: must hold a JSON object; re-download it")
     return obj

@@ -204,7 +204,8 @@ def two_checkpoint_hub_options(names: str):
               help="Noise scale of mean-noise: new rows ~ N(mu, eps * Sigma).")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of every random init (deterministic output).")
 @click.option("--special", is_flag=True, help="Add the tokens as special tokens (skipped by decode(skip_special_tokens)).")
-@click.option("--pad-to-multiple-of", type=int, help="Pad the rows to a multiple of N (tensor cores); padding holds the mean row.")
+@click.option("--pad-to-multiple-of", type=int,
+              help="Pad the rows to a multiple of N (tensor cores); padding holds the mean row.")
 @click.option("--reuse-reserved", is_flag=True,
               help="Put new tokens on rows no token uses (padding) and on reserved placeholder tokens "
                    "(<|reserved_special_token_N|>, <unusedN>, [unusedN]) before appending rows.")

@@ -694,12 +694,14 @@ def _verify(plan: Plan, stage: Path, grown: dict[str, GrownTensor]) -> None:
     ckpt = plan.ckpt
     out = Checkpoint.open(stage)
     if set(out.tensors) != set(ckpt.tensors):
-        raise VocabSurgeonError(f"internal: written checkpoint has tensors {sorted(set(out.tensors) ^ set(ckpt.tensors))} changed; nothing was published")
+        changed = sorted(set(out.tensors) ^ set(ckpt.tensors))
+        raise VocabSurgeonError(f"internal: written checkpoint has tensors {changed} changed; nothing was published")
     for name, t in ckpt.tensors.items():
         o = out.tensors[name]
         want_shape = grown[name].shape if name in grown else t.shape
         if o.shape != want_shape or o.dtype != t.dtype:
-            raise VocabSurgeonError(f"internal: tensor '{name}' written as {o.dtype}{list(o.shape)}, expected {t.dtype}{list(want_shape)}")
+            raise VocabSurgeonError(f"internal: tensor '{name}' written as {o.dtype}{list(o.shape)}, "
+                                    f"expected {t.dtype}{list(want_shape)}")
     if out.index is not None and out.index["metadata"]["total_size"] != out.total_size:
         raise VocabSurgeonError("internal: index total_size does not match the shards; nothing was published")
     out.close()
