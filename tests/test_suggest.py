@@ -264,3 +264,54 @@ def test_cli_says_when_nothing_saves_a_token(tmp_path):
     r = run("suggest", FIXTURES / "gpt2-tiny", "--corpus", plain, "-o", tmp_path / "t.txt")
     assert r.exit_code == 0 and (tmp_path / "t.txt").read_text() == ""
     assert r.stderr.splitlines()[-1] == f"No word of {plain} saves a token; nothing to propose."
+
+
+def _unigram() -> Tokenizer:
+    """A T5 style Unigram: NFKC, whitespace split, "▁" word starts."""
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.NFKC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")])
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    tok.train_from_iterator(training_text(), trainers.UnigramTrainer(
+        vocab_size=600, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>", show_progress=False))
+    return tok
+
+
+def _wordpiece_uncased() -> Tokenizer:
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    tok.train_from_iterator(training_text(), trainers.WordPieceTrainer(
+        vocab_size=600, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], show_progress=False))
+    return tok
+
+
+def _checkpoint(path: Path, tok: Tokenizer) -> Path:
+    """A tiny tied Llama with `tok` as its tokenizer.json, loaded as written."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
+    LlamaForCausalLM(cfg).eval().save_pretrained(path)
+    PreTrainedTokenizerFast(tokenizer_object=tok).save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("family", ["sentencepiece-bpe", "unigram", "wordpiece-uncased"])
+def test_other_families_get_words_that_add_takes_whole(family, tmp_path):
+    tok = {"sentencepiece-bpe": _sp_bpe, "unigram": _unigram, "wordpiece-uncased": _wordpiece_uncased}[family]()
+    ckpt = _checkpoint(tmp_path / "ckpt", tok)
+    out = tmp_path / "tokens.txt"
+    r = run("suggest", ckpt, "--corpus", CORPUS, "--top", 40, "-o", out, "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    words = out.read_text(encoding="utf-8").splitlines()
+    assert words == [w["word"] for w in d["words"]] and len(words) == 40
+    assert not any(c in w for w in words for c in " ▁,.;:\"'") and "Frodo" in words
+    r = run("add", "--tokens", out, "--dry-run", "--json", ckpt, tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["skipped"] == []

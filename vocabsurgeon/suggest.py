@@ -319,7 +319,10 @@ def count_words(tok: Tokenizer, corpus: str | os.PathLike, *, chunk_chars: int =
             tokens += len(enc.ids)
             for start, end, n in _words(text, enc, marker):
                 if n >= 2:
-                    occurrences[text[start:end], n] += 1
+                    span = text[start:end]
+                    if marker and not (span[-1].isalnum() and span.lstrip()[:1].isalnum()):
+                        continue  # a piece that holds letters and punctuation ("s." of "days."): not one word
+                    occurrences[span, n] += 1
         if progress:
             progress(reader.pos - reported)
             reported = reader.pos
