@@ -332,3 +332,8 @@ def test_the_bench_script_measures_and_writes_its_block(tmp_path):
         "<!-- suggest:end -->\n\nkept\n") and "old" not in text
     [row] = [line for line in text.splitlines() if line.startswith("| 0.2 MB |")]
     assert "1,280 ids" in text and " MiB | " in row and " -> " in row
+
+
+def test_cli_defaults_are_the_library_defaults():
+    defaults = {p.name: p.default for p in cli.commands["suggest"].params}
+    assert (defaults["top"], defaults["min_count"]) == (suggest_module.DEFAULT_TOP, suggest_module.DEFAULT_MIN_COUNT)
