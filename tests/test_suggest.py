@@ -337,3 +337,13 @@ def test_the_bench_script_measures_and_writes_its_block(tmp_path):
 def test_cli_defaults_are_the_library_defaults():
     defaults = {p.name: p.default for p in cli.commands["suggest"].params}
     assert (defaults["top"], defaults["min_count"]) == (suggest_module.DEFAULT_TOP, suggest_module.DEFAULT_MIN_COUNT)
+
+
+def test_the_projection_is_what_add_then_delivers_on_the_fixture(tmp_path):
+    tokens = tmp_path / "tokens.txt"
+    r = run("suggest", FIXTURES / "gpt2-tiny", "--corpus", CORPUS, "--top", 30, "-o", tokens, "--json")
+    d = json.loads(r.stdout)
+    assert run("add", "-q", "--no-validate", "--tokens", tokens, FIXTURES / "gpt2-tiny", tmp_path / "out").exit_code == 0
+    # the corpus has no word that contains a proposed word, so the projection is exact here
+    after = count_words(load_tokenizer(tmp_path / "out"), CORPUS)
+    assert after.tokens == d["tokens_after"] < d["tokens_before"]
