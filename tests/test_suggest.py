@@ -358,3 +358,10 @@ def test_the_projection_is_what_add_then_delivers_on_the_fixture(tmp_path):
     # the corpus has no word that contains a proposed word, so the projection is exact here
     after = count_words(load_tokenizer(tmp_path / "out"), CORPUS)
     assert after.tokens == d["tokens_after"] < d["tokens_before"]
+
+
+def test_words_a_tokens_file_cannot_hold_are_not_candidates():
+    occurrences = Counter({("Frodo", 4): 5, ("#include", 3): 9, ("\\#x", 3): 9, ("...", 3): 9, ("a\tb", 3): 9,
+                           ("  Frodo", 4): 9, (" Frodo", 4): 2, ("x" * 300, 9): 9})
+    counts = suggest_module.CorpusCounts(CORPUS, 100, 50, occurrences)
+    assert [(c.word, c.count, c.saving) for c in rank(counts, min_count=1)] == [("Frodo", 7, 21)]

@@ -335,8 +335,9 @@ def count_words(tok: Tokenizer, corpus: str | os.PathLike, *, chunk_chars: int =
 
 def _proposable(word: str) -> bool:
     """A word that a tokens file can hold and that is a word: no whitespace or control character,
-    not too long, with at least one letter or digit (runs of punctuation are not proposed)."""
-    return (0 < len(word) <= MAX_TOKEN_CHARS and any(c.isalnum() for c in word)
+    not too long, with at least one letter or digit (runs of punctuation are not proposed), and not
+    starting with "#" (or "\\#"), which tokens files read as a comment (or an escaped "#")."""
+    return (0 < len(word) <= MAX_TOKEN_CHARS and any(c.isalnum() for c in word) and not word.startswith(("#", "\\#"))
             and not any(c.isspace() or unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn") for c in word))
 
 
