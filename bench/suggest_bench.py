@@ -16,6 +16,7 @@ the suggest markers of bench/RESULTS.md.
 from __future__ import annotations
 
 import argparse
+import importlib
 import inspect
 import json
 import os
@@ -27,7 +28,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import bench
+bench = importlib.import_module("bench")  # bench.py beside this file: the generator and measure()
 
 BEGIN, END = "<!-- suggest:begin -->", "<!-- suggest:end -->"
 BLOCK = 10_000_000  # bytes of distinct text in a corpus

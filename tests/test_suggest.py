@@ -239,7 +239,8 @@ def test_cli_prints_a_tokens_file_and_a_summary(tmp_path):
 def test_cli_refuses_a_missing_corpus(tmp_path):
     r = run("suggest", FIXTURES / "gpt2-tiny", "--corpus", tmp_path / "nope.txt")
     assert r.exit_code == 2
-    assert r.stderr.strip() == f"Error: {tmp_path / 'nope.txt'}: cannot read the corpus (No such file or directory); check the path"
+    assert r.stderr.strip() == (f"Error: {tmp_path / 'nope.txt'}: cannot read the corpus (No such file or directory); "
+                                "check the path")
 
 
 def test_cli_refuses_an_empty_corpus(tmp_path):
