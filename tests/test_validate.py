@@ -286,12 +286,16 @@ def test_thresholds_are_flags(gpt2_ckpt, tmp_path):
 
 
 def test_a_limit_below_what_was_measured_fails(gpt2_ckpt, tmp_path):
-    out = added(gpt2_ckpt, tmp_path / "out")
-    r = run("validate", gpt2_ckpt, out, "--max-new-token-fraction", "-1", *FAST)
+    out = unit_variance(added(gpt2_ckpt, tmp_path / "out"))
+    loose = ("--max-kl-mean", "1e9", "--max-kl-p99", "1e9", "--max-stuck-fraction", "1")
+    d = json.loads(run("validate", gpt2_ckpt, out, "--json", *loose, *FAST).stdout)
+    fraction = d["sampling"]["new_token_fraction"]
+    assert fraction > 0
+    r = run("validate", gpt2_ckpt, out, *loose, "--max-new-token-fraction", "0", *FAST)
     assert r.exit_code == 3
     assert r.stderr.strip().splitlines()[-1] == (
-        f"Error: {out}: validation failed: 0% of tokens sampled after prompts without new words are new tokens "
-        "(limit -100%, --max-new-token-fraction)")
+        f"Error: {out}: validation failed: {fraction:.0%} of tokens sampled after prompts without new words are new "
+        "tokens (limit 0%, --max-new-token-fraction)")
 
 
 def test_default_corpus_is_varied_text():

@@ -7,6 +7,7 @@ VOCABSURGEON_DEBUG=1 to see tracebacks.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -262,8 +263,8 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
     """
     from .errors import InputError
     from .surgery import AddJob, AddOptions, open_target, plan_tokens
-    from .writer import check_output_path
     from .wordlist import read_tokens_file
+    from .writer import check_output_path
 
     tokens = read_tokens_file(tokens_file) if tokens_file else []
     for t in inline:
@@ -277,11 +278,19 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
                                 ("--create-pr", create_pr), ("--message", message)) if v]
         if given:
             raise InputError(f"{given[0]} is a push option; pass --push-to REPO_ID too")
-    else:
-        from .hub import REPO_ID
+    # Every option is checked before any work, also with --dry-run and --no-validate.
+    from .init import check_eps
+    from .pipeline import PushOptions
+    from .runtime import check_device
 
-        if not REPO_ID.fullmatch(push_to):
-            raise InputError(f"--push-to {push_to!r}: not a Hub repo id; pass it as org/name, e.g. me/gpt2-lotr")
+    check_eps(eps)
+    check_device(device)
+    push_options = PushOptions(push_to, revision=push_revision, private=private, create_pr=create_pr,
+                               token=hf_token, message=message).check() if push_to else None
+    validation_opts = _validation_options(validation, seed=seed, device=device)
+    if no_validate and validation_opts.plot:
+        raise InputError("--plot draws the validation's KL histogram; drop --no-validate or --plot")
+    validation_opts.check()
     _quiet_hub(ctx, as_json)
     options = AddOptions(
         init=init, init_input=init_input, init_output=init_output, eps=eps, seed=seed, special=special,
@@ -312,28 +321,37 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
                   desc="writing", disable=True if quiet else None, file=sys.stderr) as bar:
             job.progress = bar.update
             result = job.finish()
-    # Validation: the report goes into OUT; on failure OUT stays and ValidationFailed exits 3.
-    report = None if no_validate else _validate_added(ctx, result, as_json, device=device, seed=seed, **validation)
-    summary = result.to_dict()
-    if report is not None:
-        summary["validation"] = _validation_brief(report, out)
-    if push_to:
-        from .errors import PushError
-        from .hub import push
+    # Validation, the card with its figures, the push: the library's pipeline. On a validation
+    # failure OUT stays and ValidationFailed exits 3; on a push failure PushError exits 4.
+    from .errors import PushError, ValidationFailed
+    from .pipeline import finish_add, validation_brief
+    from .validate import summary_lines
 
-        n_words = len({a["token"] for a in summary["added"]})
-        message = message or (f"Add {n_words} new token{'s' if n_words != 1 else ''} to {summary['base']['name']} "
-                              f"with vocabsurgeon {__version__}")
-        if not quiet and not as_json:
+    def step(name: str) -> None:
+        if quiet or as_json:
+            return
+        if name == "validate":
+            click.echo(f"Validating {result.out} against {result.plan.src} (--no-validate skips this)", err=True)
+        elif name == "push":
             click.echo(f"Pushing {out} to {push_to}", err=True)
-        try:
-            pushed = push(out, push_to, private=private, revision=push_revision, create_pr=create_pr, token=hf_token,
-                          message=message)
-        except PushError as e:  # the checkpoint is written: say how to retry the push alone
-            if as_json:
-                _emit({**summary, "push": {"error": str(e)}})
-            raise PushError(f"{e}. {out} is written; retry with `vocabsurgeon push {out} {push_to}`") from None
-        summary["push"] = pushed.to_dict()
+
+    try:
+        with _validation_progress(ctx, as_json) as progress:
+            done = finish_add(result, None if no_validate else validation_opts, push_options, progress=progress,
+                              on_step=step)
+    except ValidationFailed as e:
+        if as_json:
+            _emit({**result.to_dict(), "validation": validation_brief(e.report, result.out)})
+        elif not quiet and e.report:
+            click.echo("\n".join(summary_lines(e.report)[:-1]), err=True)
+        raise
+    except PushError as e:
+        if as_json:
+            _emit({**e.finished.to_dict(), "push": {"error": str(e)}})
+        raise
+    summary = done.to_dict()
+    if done.report is not None and not quiet and not as_json:
+        click.echo("\n".join(summary_lines(done.report)), err=True)
     if as_json:
         _emit(summary)
     elif not quiet:
@@ -395,7 +413,8 @@ def compare(ctx, a, b, k, which, device, plot, embedding_key, lm_head_key, as_js
       vocabsurgeon compare ckpt/ out/ --plot knn.png
       vocabsurgeon compare openai-community/gpt2 out/gpt2-lotr --revision main
     """
-    from .compare import compare as run_compare, plot_histogram
+    from .compare import compare as run_compare
+    from .compare import plot_histogram
 
     _quiet_hub(ctx, as_json)
     quiet = is_quiet(ctx) or as_json
@@ -462,39 +481,34 @@ def neighbors(ctx, ckpt, tokens, k, metric, which, device, embedding_key, lm_hea
         click.echo("\n".join(n.describe() for n in found))
 
 
-def _validation_brief(report: dict, out) -> dict:
-    from .validate import REPORT_NAME
+def _validation_options(validation: dict, *, seed: int, device: str):
+    """The pipeline's ValidationOptions from the shared validation flags."""
+    from .pipeline import ValidationOptions
+    from .validate import Thresholds
 
-    return {"passed": report["passed"], "failures": report["failures"], "report": str(Path(out) / REPORT_NAME),
-            "kl": {k: report["kl"][k] for k in ("mean", "p99", "max", "bound")},
-            "new_token_fraction": report["sampling"]["new_token_fraction"]}
+    v = dict(validation)
+    corpus, max_tokens, plot = v.pop("corpus"), v.pop("max_tokens"), v.pop("plot")
+    return ValidationOptions(corpus=corpus, max_tokens=max_tokens, thresholds=Thresholds(**v), seed=seed,
+                             device=device, plot=plot)
 
 
-def _validate_added(ctx, result, as_json, *, device, seed, corpus, max_tokens, plot, **limits) -> dict:
-    """The validation step of `add`: runs the checks on what was written, prints, raises on failure."""
-    from .errors import ValidationFailed
-    from .validate import Thresholds, summary_lines, validate_added
+@contextlib.contextmanager
+def _validation_progress(ctx, as_json: bool):
+    """A progress bar with an ETA on stderr for the validation (off with --quiet and --json); each stage
+    (the method and the expected time, each model) is printed above it."""
+    from tqdm.auto import tqdm
 
-    quiet = is_quiet(ctx) or as_json
-    if not quiet:
-        click.echo(f"Validating {result.out} against {result.plan.src} (--no-validate skips this)", err=True)
-    from .modelcard import write_model_card
+    from .runtime import Progress
 
-    try:
-        report = validate_added(result, corpus, thresholds=Thresholds(**limits), max_tokens=max_tokens, seed=seed,
-                                device=device, plot=plot)
-    except ValidationFailed as e:
-        if e.report:  # the card says it failed, as the kept output is there to be inspected
-            write_model_card(result.out, result.to_dict(), e.report, plot=plot)
-        if as_json:
-            _emit({**result.to_dict(), "validation": _validation_brief(e.report, result.out)})
-        elif not quiet:
-            click.echo("\n".join(summary_lines(e.report)[:-1]), err=True)
-        raise
-    write_model_card(result.out, result.to_dict(), report, plot=plot)
-    if not quiet:
-        click.echo("\n".join(summary_lines(report)), err=True)
-    return report
+    if is_quiet(ctx) or as_json:
+        yield Progress()
+        return
+    with tqdm(unit="tok", desc="validating", file=sys.stderr, delay=0.5) as bar:
+        def total(n: int) -> None:
+            bar.total = n
+            bar.refresh()
+
+        yield Progress(stage=lambda s: bar.write(f"running: {s}", file=sys.stderr), total=total, advance=bar.update)
 
 
 def _echo_pushed(d: dict) -> None:
@@ -555,10 +569,13 @@ def push_command(ctx, out, repo_id, private, revision, create_pr, token, message
 @click.option("--device", default="auto", show_default=True,
               help="Where to run the models: auto (CUDA when present, spread with accelerate), cpu, cuda.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+@click.option("--method", type=click.Choice(["auto", "one-pass", "two-pass"]), default="auto", show_default=True,
+              help="one-pass runs only NEW (its first n logits are BASE's) and needs NEW made from BASE by add, "
+                   "checked from the files; two-pass runs both models; auto picks one-pass when it applies.")
 @two_checkpoint_hub_options("BASE and NEW")
 @common_options
 @click.pass_context
-def validate(ctx, base, new, seed, device, as_json, corpus, max_tokens, plot, revision, hf_token, **limits):
+def validate(ctx, base, new, seed, device, as_json, method, corpus, max_tokens, plot, revision, hf_token, **limits):
     """Check that the expanded checkpoint NEW is safe to use, against its original BASE.
 
     On a held-out corpus tokenized with the original tokenizer: KL(p_old||p_new) at every
@@ -581,13 +598,16 @@ def validate(ctx, base, new, seed, device, as_json, corpus, max_tokens, plot, re
       vocabsurgeon validate openai-community/gpt2 out/gpt2-lotr --revision main
     """
     from .errors import ValidationFailed
-    from .validate import Thresholds, summary_lines, validate_checkpoint
+    from .validate import Thresholds, check_options, summary_lines, validate_checkpoint
 
+    thresholds = Thresholds(**limits)
+    check_options(thresholds=thresholds, device=device, max_tokens=max_tokens, plot=plot)
     _quiet_hub(ctx, as_json)
     quiet = is_quiet(ctx) or as_json
-    report = validate_checkpoint(base, new, corpus, thresholds=Thresholds(**limits), max_tokens=max_tokens,
-                                 seed=seed, device=device, plot=plot, revision=revision, token=hf_token,
-                                 progress=None if quiet else (lambda s: click.echo(f"running: {s}", err=True)))
+    with _validation_progress(ctx, as_json) as progress:
+        report = validate_checkpoint(base, new, corpus, thresholds=thresholds, max_tokens=max_tokens, seed=seed,
+                                     device=device, plot=plot, revision=revision, token=hf_token, progress=progress,
+                                     method=method)
     if as_json:
         _emit(report)
     elif not is_quiet(ctx):
