@@ -503,12 +503,23 @@ def _validation_progress(ctx, as_json: bool):
     if is_quiet(ctx) or as_json:
         yield Progress()
         return
-    with tqdm(unit="tok", desc="validating", file=sys.stderr, delay=0.5) as bar:
-        def total(n: int) -> None:
-            bar.total = n
-            bar.refresh()
+    bars: list = []  # the bar starts when the work is known (after the model loaded)
 
-        yield Progress(stage=lambda s: bar.write(f"running: {s}", file=sys.stderr), total=total, advance=bar.update)
+    def stage(s: str) -> None:
+        (bars[0].write if bars else click.echo)(f"running: {s}", file=sys.stderr)
+
+    def total(n: int) -> None:
+        if bars:
+            bars[0].total = n
+            bars[0].refresh()
+        else:
+            bars.append(tqdm(total=n, unit="tok", desc="validating", file=sys.stderr))
+
+    try:
+        yield Progress(stage=stage, total=total, advance=lambda n: bars[0].update(n) if bars else None)
+    finally:
+        if bars:
+            bars[0].close()
 
 
 def _echo_pushed(d: dict) -> None:

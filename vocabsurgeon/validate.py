@@ -676,7 +676,9 @@ class Estimate(NamedTuple):
     def describe(self) -> str:
         secs = self.seconds
         when = f"{secs:.0f} s" if secs < 90 else f"{secs / 60:.0f} min"
-        return f"about {self.tokens:,} tokens through a {self.params / 1e6:,.0f}M-parameter model, roughly {when}"
+        size = f"{self.params / 1e9:.1f}B" if self.params >= 1e9 else (
+            f"{self.params / 1e6:.0f}M" if self.params >= 1e6 else f"{self.params / 1e3:.0f}K")
+        return f"about {self.tokens:,} tokens through a {size}-parameter model, roughly {when}"
 
 
 def estimate(path: Path, tokens: int, device: str) -> Estimate:
