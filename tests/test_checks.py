@@ -7,8 +7,20 @@ import math
 import numpy as np
 import pytest
 
-from vocabsurgeon.checks import (CHECKS, ChatKLCheck, FiniteRowsCheck, GreedyChatCheck, KLCheck, OldOutputsCheck,
-                                 SamplingCheck, TokenizationCheck, UsabilityCheck, failures, over, read_checks)
+from vocabsurgeon.checks import (
+    CHECKS,
+    ChatKLCheck,
+    FiniteRowsCheck,
+    GreedyChatCheck,
+    KLCheck,
+    OldOutputsCheck,
+    SamplingCheck,
+    TokenizationCheck,
+    UsabilityCheck,
+    failures,
+    over,
+    read_checks,
+)
 
 NAN = float("nan")
 
@@ -48,8 +60,8 @@ def test_chat_kl_says_chat_in_its_failures_summary_and_card():
     c = ChatKLCheck(mean=0.2, p99=0.1, max=0.3, bound=0.01, within_bound=False, positions=390, limit_mean=0.05,
                     limit_p99=0.5, samples=4)
     assert c.failures() == ["chat mean KL 0.2 nats is over the limit 0.05 (--max-kl-mean)"]
-    assert c.summary() == ["chat KL(p_old || p_new) over 390 positions of 4 chat-template conversations: mean 0.2, "
-                           "p99 0.1, max 0.3 nats (mean-init bound 0.01)"]
+    assert c.summary() == [("chat KL(p_old || p_new) over 390 positions of 4 chat-template conversations: mean 0.2, "
+                           "p99 0.1, max 0.3 nats (mean-init bound 0.01)")]
     assert c.card_rows()[0] == "| chat KL(p_old ‖ p_new) mean | 0.2 nats | 0.05 |"
     assert "(above) |" in c.card_rows()[2]
 
@@ -63,8 +75,8 @@ def test_not_applicable_checks_neither_fail_nor_print():
 def test_sampling_limits_and_nonfinite():
     s = SamplingCheck(new_token_fraction=0.25, stuck_fraction=0.5, new_word_prompts=4, limit_new_token_fraction=0.2,
                       limit_stuck_fraction=0.5)
-    assert s.failures() == ["25% of tokens sampled after prompts without new words are new tokens (limit 20%, "
-                            "--max-new-token-fraction)"]
+    assert s.failures() == [("25% of tokens sampled after prompts without new words are new tokens (limit 20%, "
+                            "--max-new-token-fraction)")]
     assert SamplingCheck(nonfinite=True).failures() == [
         "the expanded model computes NaN or Inf next-token probabilities: nothing can be sampled"]
 
@@ -72,8 +84,8 @@ def test_sampling_limits_and_nonfinite():
 def test_greedy_fails_on_any_differing_answer():
     g = GreedyChatCheck(prompts=3, compared=3, differing=1, steps=16,
                         examples=[{"prompt": 0, "base": "Paris.", "new": "<|im_end|>"}])
-    assert g.failures() == ["1 of 3 chat prompts get a different greedy answer from the expanded model, e.g. "
-                            "'<|im_end|>' instead of 'Paris.'"]
+    assert g.failures() == [("1 of 3 chat prompts get a different greedy answer from the expanded model, e.g. "
+                            "'<|im_end|>' instead of 'Paris.'")]
     assert GreedyChatCheck(prompts=3, compared=2, differing=0).failures() == []
     assert g.card_rows() == ["| chat prompts answered as by the original (greedy) | 2/3 | all |"]
 
@@ -81,8 +93,8 @@ def test_greedy_fails_on_any_differing_answer():
 def test_old_outputs_rule_and_the_one_pass_wording():
     changed = OldOutputsCheck(what="logits", unchanged=False, max_abs_diff=0.5, tolerance=1e-4,
                               missing_weights=["lm_head.weight"])
-    assert changed.failures() == ["old-vocabulary logits changed by up to 0.5 (tolerance 0.0001); the checkpoint lacks "
-                                  "1 weight(s) that transformers initializes at random, e.g. 'lm_head.weight'"]
+    assert changed.failures() == [("old-vocabulary logits changed by up to 0.5 (tolerance 0.0001); the checkpoint lacks "
+                                  "1 weight(s) that transformers initializes at random, e.g. 'lm_head.weight'")]
     files = OldOutputsCheck(what="logits", unchanged=True, max_abs_diff=0.0, tolerance=1e-4, how="files")
     assert files.failures() == [] and "by construction" in files.summary()[0]
 
@@ -90,16 +102,16 @@ def test_old_outputs_rule_and_the_one_pass_wording():
 def test_tokenization_chat_failure_names_the_template_tokens():
     t = TokenizationCheck(new_words=1, one_token_words=1, chat_samples=4, chat_ids_changed=3,
                           chat_new_tokens=["assistant", " assistant"])
-    assert t.failures() == ["3 of 4 chat-template conversations tokenize differently: the template's text now holds "
+    assert t.failures() == [("3 of 4 chat-template conversations tokenize differently: the template's text now holds "
                             "new token(s) 'assistant', ' assistant'; chat prompts change for every user (remove those "
-                            "words from the tokens)"]
+                            "words from the tokens)")]
     assert TokenizationCheck(new_words=2, one_token_words=2).failures() == []
 
 
 def test_finite_rows_failure_lists_the_ids():
     f = FiniteRowsCheck(tensors=["lm_head.weight"], nonfinite_rows={"lm_head.weight": [600, 603]}, nonfinite_count=2)
-    assert f.failures() == ["2 row(s) hold NaN or Inf, e.g. tensor 'lm_head.weight' rows 600, 603; the model's outputs "
-                            "are not numbers (re-run add with a finite --eps, or another --init)"]
+    assert f.failures() == [("2 row(s) hold NaN or Inf, e.g. tensor 'lm_head.weight' rows 600, 603; the model's outputs "
+                            "are not numbers (re-run add with a finite --eps, or another --init)")]
     assert FiniteRowsCheck(tensors=["x"]).failures() == []
 
 

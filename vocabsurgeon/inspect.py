@@ -19,7 +19,15 @@ import numpy as np
 from .architectures import detect, text_config
 from .checkpoint import Checkpoint
 from .hub import Source, resolve_checkpoint
-from .runtime import context_length, corpus_windows, encode, load_tokenizer, loaded_model, model_kind, read_corpus
+from .runtime import (
+    context_length,
+    corpus_windows,
+    encode,
+    load_tokenizer,
+    loaded_model,
+    model_kind,
+    read_corpus,
+)
 from .validate import DEFAULT_MAX_TOKENS
 
 logger = logging.getLogger(__name__)

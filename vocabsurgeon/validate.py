@@ -99,6 +99,7 @@ PLAIN_PROMPTS = (
 NEW_WORD_PREFIXES = ("The next chapter is about", "They met", "Then", "Everyone talked about")
 SAMPLE_STEPS = 24  # generated tokens per prompt
 GREEDY_STEPS = 16  # tokens of each greedy chat answer
+SAMPLED_NEW_WORDS = 4  # new tokens that end a sampling prompt
 STUCK_RUN = 3  # this many copies of one new token in a row count as stuck
 PLOT_EXTRA = "pip install 'vocabsurgeon[plot]'"
 MAX_LISTED_ROWS = 20  # non-finite row ids listed per tensor
@@ -324,7 +325,7 @@ def _longest_new_run(ids: list[int], n_old: int) -> int:
 
 
 def sampling_check(model: LoadedModel, old_tok, n_old: int, new_ids: list[int], seed: int, window: int,
-                   max_prompts: int = 4, progress: Progress | None = None) -> SamplingCheck:
+                   max_prompts: int = SAMPLED_NEW_WORDS, progress: Progress | None = None) -> SamplingCheck:
     """Seeded samples: the fraction of new tokens after plain prompts, and how often a prompt ending
     in a new token makes the model repeat it. NaN or Inf probabilities give a failing record."""
     import torch
@@ -533,8 +534,12 @@ def _work(w: _Windows, inp: _Inputs, kind: ModelKind, passes: int, old_tok) -> i
     units = passes * sum(map(len, w.corpus + (w.chat if kind.has_logits else [])))
     if kind.generates:
         units += sum(map(len, w.usable_old + w.usable_new))
-        units += sum(len(w.prefix) + len(encode(old_tok, p)) + SAMPLE_STEPS for p in PLAIN_PROMPTS)
-        units += min(4, len(inp.new_token_ids)) * (2 * (len(w.prefix) + 8) + SAMPLE_STEPS)
+        for p in PLAIN_PROMPTS:  # as sampling_check counts them
+            ids = len(w.prefix) + len(encode(old_tok, p))
+            units += ids + max(0, min(SAMPLE_STEPS, w.window - ids))
+        for j, _ in enumerate(_spread(inp.new_token_ids, SAMPLED_NEW_WORDS)):
+            ids = len(w.prefix) + len(encode(old_tok, NEW_WORD_PREFIXES[j % len(NEW_WORD_PREFIXES)])) + 1
+            units += 2 * ids + max(0, min(SAMPLE_STEPS, w.window - ids))
         units += sum(len(p) + GREEDY_STEPS for p in inp.prompts_old + inp.prompts_new)
     return units
 
