@@ -219,7 +219,8 @@ def two_checkpoint_hub_options(names: str):
 @click.option("--dry-run", is_flag=True, help="Print the plan and write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
 @click.option("--no-validate", is_flag=True,
-              help="Skip the validation that runs after writing (it loads both models with transformers).")
+              help="Skip the validation that runs after writing (it loads the new model with transformers, "
+                   "and the original too when the output is not a plain expansion of it).")
 @hub_options("SRC when it is a Hub repo id", token_use="Used to pull SRC and to push.")
 @click.option("--push-to", metavar="REPO_ID", help="Push OUT to this Hub repo (org/name) as one commit, after "
               "validation passed; see `vocabsurgeon push`.")
@@ -589,11 +590,17 @@ def push_command(ctx, out, repo_id, private, revision, create_pr, token, message
 def validate(ctx, base, new, seed, device, as_json, method, corpus, max_tokens, plot, revision, hf_token, **limits):
     """Check that the expanded checkpoint NEW is safe to use, against its original BASE.
 
-    On a held-out corpus tokenized with the original tokenizer: KL(p_old||p_new) at every
-    position (mean, p99, max, next to the mean-init bound log(1+k/n)) and unchanged old-vocabulary
-    logits; seeded samples (how many new tokens appear after prompts without new words, and how
-    often a new token makes the model repeat it); the tokenizer invariants; and, where the corpus
-    uses the new words, bits per byte of both models (reported, not pass/fail).
+    First, no row of NEW's vocabulary tensors may hold NaN or Inf (read from the files). Then, on
+    a held-out corpus tokenized with the original tokenizer: KL(p_old||p_new) at every position
+    (mean, p99, max, next to the mean-init bound log(1+k/n)) and unchanged old-vocabulary logits;
+    seeded samples (how many new tokens appear after prompts without new words, and how often a
+    new token makes the model repeat it); the tokenizer invariants; and, where the corpus uses the
+    new words, bits per byte of both models (reported, not pass/fail). With a chat template, a few
+    rendered conversations get the KL and tokenization checks too, and greedy answers to chat
+    prompts must stay the same.
+
+    When NEW was made from BASE by add (checked from the files), only NEW is loaded and run once:
+    BASE's logits are its first n logits (--method auto; the report's "method" says which ran).
 
     BASE and NEW are checkpoint directories or Hub repo ids (org/name), pulled as by `add`; a
     local directory of the same spelling wins. BASE is often the original model on the Hub:
