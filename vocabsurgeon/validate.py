@@ -800,14 +800,19 @@ def validate_checkpoint(
 
     progress.stage("finite rows")
     finite = finite_rows(new, rows_new)
-    relation = Relation(False, "two-pass was asked for") if method == "two-pass" else derived_by_add(base, new)
+    ran = kind.kind is not None and not finite.nonfinite_count
+    if method == "two-pass":
+        relation = Relation(False, "two-pass was asked for")
+    elif ran or method == "one-pass":  # reads both checkpoints: only when a model will run
+        relation = derived_by_add(base, new)
+    else:
+        relation = Relation(False, "no model was run")
     if method == "one-pass" and not relation.derived:
         raise InputError(f"{names['new']}: one-pass validation needs a checkpoint made from {names['base']} by add, "
                          f"but {relation.reason}; use the two-pass method")
     used = "one-pass" if relation.derived else "two-pass"
     skipped = _skipped(kind)
     m = _Measured()
-    ran = kind.kind is not None and not finite.nonfinite_count
     if finite.nonfinite_count:
         skipped.append(f"model checks not run: {finite.nonfinite_count} row(s) hold NaN or Inf")
     if ran:
