@@ -264,8 +264,8 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
     """
     from .errors import InputError
     from .surgery import AddJob, AddOptions, open_target, plan_tokens
-    from .wordlist import read_tokens_file
     from .writer import check_output_path
+    from .wordlist import read_tokens_file
 
     tokens = read_tokens_file(tokens_file) if tokens_file else []
     for t in inline:
@@ -328,9 +328,14 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
     from .pipeline import finish_add, validation_brief
     from .validate import summary_lines
 
-    def step(name: str) -> None:
+    shown: list = []
+
+    def step(name: str, done) -> None:
         if quiet or as_json:
             return
+        if done.report is not None and not shown:  # the validation's figures, once, before the next step
+            shown.append(True)
+            click.echo("\n".join(summary_lines(done.report)), err=True)
         if name == "validate":
             click.echo(f"Validating {result.out} against {result.plan.src} (--no-validate skips this)", err=True)
         elif name == "push":
@@ -350,9 +355,8 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
         if as_json:
             _emit({**e.finished.to_dict(), "push": {"error": str(e)}})
         raise
+    step("done", done)
     summary = done.to_dict()
-    if done.report is not None and not quiet and not as_json:
-        click.echo("\n".join(summary_lines(done.report)), err=True)
     if as_json:
         _emit(summary)
     elif not quiet:
@@ -414,8 +418,7 @@ def compare(ctx, a, b, k, which, device, plot, embedding_key, lm_head_key, as_js
       vocabsurgeon compare ckpt/ out/ --plot knn.png
       vocabsurgeon compare openai-community/gpt2 out/gpt2-lotr --revision main
     """
-    from .compare import compare as run_compare
-    from .compare import plot_histogram
+    from .compare import compare as run_compare, plot_histogram
 
     _quiet_hub(ctx, as_json)
     quiet = is_quiet(ctx) or as_json

@@ -138,7 +138,7 @@ def push_output(result, options: PushOptions):
 
 
 def finish_add(result, validation: ValidationOptions | None = DEFAULT_VALIDATION, push: PushOptions | None = None,
-               *, progress=None, on_step: Callable[[str], None] | None = None) -> Finished:
+               *, progress=None, on_step: Callable[[str, Finished], None] | None = None) -> Finished:
     """After `add` wrote `result.out`: validate it (unless `validation` is None), rewrite the model card
     with the figures, then push it (when `push` is given and validation passed).
 
@@ -147,19 +147,19 @@ def finish_add(result, validation: ValidationOptions | None = DEFAULT_VALIDATION
         validation: the validation options; None skips validation (the card says so).
         push: where to push; None keeps the output local.
         progress: `runtime.Progress` callbacks of the validation.
-        on_step: called with "validate" and "push" as each step starts.
+        on_step: called with "validate" or "push" and what is done so far, as each step starts.
 
     Raises:
         ValidationFailed: validation failed (exit 3 in the CLI); nothing is pushed.
         PushError: the push failed (exit 4); `.finished` holds what was done before it.
     """
-    step = on_step or (lambda s: None)
+    step = on_step or (lambda name, done: None)
     done = Finished(result)
     if validation is not None:
-        step("validate")
+        step("validate", done)
         done.report = validate_output(result, validation, progress)
     if push is not None:
-        step("push")
+        step("push", done)
         try:
             done.pushed = push_output(result, push)
         except PushError as e:
