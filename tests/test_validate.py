@@ -485,6 +485,10 @@ def test_one_pass_gives_the_two_pass_figures(which, gpt2_ckpt, llama_ckpt, tmp_p
     one, two = (json.loads(run("validate", src, out, "--json", "--method", m, "--corpus", corpus, *FAST).stdout)
                 for m in ("one-pass", "two-pass"))
     assert one["method"] == "one-pass" and two["method"] == "two-pass"
+    assert list(one["seconds"]) == ["tokenizers", "finite rows", "one-pass", "expanded model", "sampling"]
+    assert list(two["seconds"]) == ["tokenizers", "finite rows", "two-pass", "original model", "expanded model",
+                                    "sampling"]
+    assert all(v >= 0 for v in one["seconds"].values())
     assert one["kl"]["positions"] == two["kl"]["positions"] == 61 and one["kl"]["mean"] > 0
     for key in ("mean", "p99", "max"):
         assert one["kl"][key] == pytest.approx(two["kl"][key], rel=1e-6, abs=1e-12)

@@ -23,6 +23,7 @@ from .errors import InputError
 logger = logging.getLogger(__name__)
 
 MAX_WINDOW = 512  # tokens per forward pass; also capped by the model's context length
+KL_ROWS = 64  # positions per float64 KL block
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -370,14 +371,19 @@ def kl_per_position(old_logits, new_logits) -> np.ndarray:
     """KL(p_old || p_new) at each position, float64 with logsumexp; p_new over the full new vocabulary.
 
     old_logits: (T, n); new_logits: (T, n + k), whose first n columns are the old vocabulary.
+    Computed KL_ROWS positions at a time: the float64 temporaries of a whole window (512 x 128k
+    x 8 bytes each) would be most of the peak memory.
     """
-    lo = old_logits.double()
-    ln = new_logits.double()
-    n = lo.shape[-1]
-    lp_old = lo - lo.logsumexp(-1, keepdim=True)  # (T, n)
-    lp_new = ln[:, :n] - ln.logsumexp(-1, keepdim=True)  # (T, n)
-    kl = (lp_old.exp() * (lp_old - lp_new)).sum(-1)
-    return np.maximum(kl.numpy(), 0.0)  # rounding can give -1e-17 for identical distributions
+    n = old_logits.shape[-1]
+    out = []
+    for i in range(0, old_logits.shape[0], KL_ROWS):
+        lo = old_logits[i:i + KL_ROWS].double()
+        ln = new_logits[i:i + KL_ROWS].double()
+        lp_old = lo - lo.logsumexp(-1, keepdim=True)  # (rows, n)
+        lp_new = ln[:, :n] - ln.logsumexp(-1, keepdim=True)  # (rows, n)
+        out.append((lp_old.exp() * (lp_old - lp_new)).sum(-1).numpy())
+    kl = np.concatenate(out) if out else np.zeros(0)
+    return np.maximum(kl, 0.0)  # rounding can give -1e-17 for identical distributions
 
 
 # Conversations rendered with the checkpoint's chat template. None has a system turn of its own

@@ -35,6 +35,7 @@ import json
 import logging
 import math
 import os
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -765,7 +766,14 @@ def validate_checkpoint(
         (True, 'one-pass', True)
     """
     th = thresholds or Thresholds()
-    progress = progress or Progress()
+    outer = progress or Progress()
+    marks: list[tuple[str, float]] = []  # (stage, start): the report's `seconds`
+
+    def stage(text: str) -> None:
+        marks.append((text.split(" (")[0].split(":")[0], time.perf_counter()))
+        outer.stage(text)
+
+    progress = Progress(stage=stage, total=outer.total, advance=outer.advance)
     check_options(thresholds=th, device=device, max_tokens=max_tokens, plot=plot)
     if method not in ("auto", "one-pass", "two-pass"):
         raise InputError(f"method {method!r} is not one of auto, one-pass, two-pass")
@@ -870,6 +878,8 @@ def validate_checkpoint(
         **{c.KEY: c.to_dict() for c in checks},
         "thresholds": asdict(th),
     }
+    ends = [t for _, t in marks[1:]] + [time.perf_counter()]
+    report["seconds"] = {name: round(end - start, 3) for (name, start), end in zip(marks, ends)}
     if plot is not None and m.kl is not None:
         write_kl_plot(m.kl, bound, plot, title=f"{Path(names['new']).name}: KL per position ({m.kl.size} positions)")
         report["plot"] = str(plot)
