@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from invariants import tree_digest
 from safetensors import safe_open
 
-from invariants import tree_digest
 from vocabsurgeon.cli import cli
 from vocabsurgeon.validate import read_corpus
 
@@ -110,3 +111,44 @@ def test_inspect_missing_checkpoint(tmp_path):
     r = run("inspect", missing)
     assert r.exit_code == 2
     assert r.stderr.startswith(f"Error: {missing}") and len(r.stderr.splitlines()) == 1
+
+
+def test_inspect_lists_nan_and_inf_rows_by_id_without_numpy_warnings(gpt2_ckpt, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    out = tmp_path / "out"
+    assert run("add", "-t", "Frodo", "--no-validate", "-q", gpt2_ckpt, out).exit_code == 0
+    tensors = load_file(out / "model.safetensors")
+    tensors["transformer.wte.weight"][600] = float("nan")
+    tensors["transformer.wte.weight"][601, 3] = float("inf")
+    save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a RuntimeWarning from numpy would fail here
+        r = run("inspect", out, *FAST)
+    assert r.exit_code == 0 and r.stderr == ""
+    lines = r.stdout.splitlines()
+    assert lines[3] == "WARNING: transformer.wte.weight: 2 row(s) hold NaN or Inf: ids 600, 601"
+    assert lines[-1] == ("zero-init risk not measured: the model's outputs hold NaN or Inf (see the rows listed "
+                         "above)")
+    d = json.loads(run("inspect", out, "--json", *FAST).stdout)
+    m = d["matrices"]["transformer.wte.weight"]
+    assert m["nonfinite_rows"] == 2 and m["nonfinite_row_ids"] == [600, 601]
+    w = tensor(gpt2_ckpt, "transformer.wte.weight")  # the finite rows are the original ones
+    assert m["row_norm"]["max"] == pytest.approx(w.norm(dim=1).max().item(), rel=1e-9)
+
+
+def test_inspect_states_the_xavier_ratio_and_flags_rows_far_outside_the_others(gpt2_ckpt, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    r = run("inspect", gpt2_ckpt, *FAST)
+    assert "x the Xavier std" in r.stdout.splitlines()[2] and "wider" not in r.stdout
+    out = tmp_path / "out"
+    assert run("add", "-t", "Frodo", "--no-validate", "-q", gpt2_ckpt, out).exit_code == 0
+    tensors = load_file(out / "model.safetensors")
+    torch.manual_seed(0)
+    tensors["transformer.wte.weight"][601] = torch.randn(32)  # N(0, 1): 50x the old rows' std of 0.02
+    save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
+    lines = run("inspect", out, *FAST).stdout.splitlines()
+    assert lines[3] == ("WARNING: transformer.wte.weight: 1 row(s) with a norm over 10x the 99th percentile of the "
+                        "others: ids 601")
+    assert not any("row(s) with a norm over" in x for x in run("inspect", gpt2_ckpt, *FAST).stdout.splitlines())

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from builders import bytelevel_tokenizer, save_checkpoint
 from click.testing import CliRunner
+from invariants import bound, kl_old_new
 from safetensors.torch import load_file, save_file
 
-from builders import bytelevel_tokenizer, save_checkpoint
-from invariants import bound, kl_old_new
 from vocabsurgeon.cli import cli
 from vocabsurgeon.validate import REPORT_NAME, read_corpus
 
@@ -286,15 +286,296 @@ def test_thresholds_are_flags(gpt2_ckpt, tmp_path):
 
 
 def test_a_limit_below_what_was_measured_fails(gpt2_ckpt, tmp_path):
-    out = added(gpt2_ckpt, tmp_path / "out")
-    r = run("validate", gpt2_ckpt, out, "--max-new-token-fraction", "-1", *FAST)
+    out = unit_variance(added(gpt2_ckpt, tmp_path / "out"))
+    loose = ("--max-kl-mean", "1e9", "--max-kl-p99", "1e9", "--max-stuck-fraction", "1")
+    d = json.loads(run("validate", gpt2_ckpt, out, "--json", *loose, *FAST).stdout)
+    fraction = d["sampling"]["new_token_fraction"]
+    assert fraction > 0
+    r = run("validate", gpt2_ckpt, out, *loose, "--max-new-token-fraction", "0", *FAST)
     assert r.exit_code == 3
     assert r.stderr.strip().splitlines()[-1] == (
-        f"Error: {out}: validation failed: 0% of tokens sampled after prompts without new words are new tokens "
-        "(limit -100%, --max-new-token-fraction)")
+        f"Error: {out}: validation failed: {fraction:.0%} of tokens sampled after prompts without new words are new "
+        "tokens (limit 0%, --max-new-token-fraction)")
 
 
 def test_default_corpus_is_varied_text():
     text, name = read_corpus()
     assert name == "default" and 2000 < len(text.encode("utf-8")) < 20000
     assert "def " in text and '"' in text and any(c.isdigit() for c in text)
+
+
+# ------------------------------------------------------------------ chat templates
+
+CHATML = ("{%- if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou are a helpful AI assistant."
+          "<|im_end|>\\n' }}{%- endif %}{%- for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+          "message['content'] + '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}"
+          "{{ '<|im_start|>assistant\\n' }}{%- endif %}")
+
+
+def tiny_chat(path: Path) -> Path:
+    """A tiny tied Qwen2 instruct model: ChatML special tokens, and the template (with a default system
+    prompt) in tokenizer_config.json, as instruct checkpoints ship it."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tok = bytelevel_tokenizer(600)
+    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    tok.eos_token = "<|im_end|>"
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True,
+                      max_position_embeddings=256, eos_token_id=tok.eos_token_id)
+    path = save_checkpoint(Qwen2ForCausalLM(cfg).eval(), tok, path)
+    config = json.loads((path / "tokenizer_config.json").read_text(encoding="utf-8"))
+    config["chat_template"] = CHATML
+    (path / "tokenizer_config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    for f in ("chat_template.jinja", "chat_template.json"):  # transformers 5 may write the template apart
+        (path / f).unlink(missing_ok=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def chat_ckpt(tmp_path_factory):
+    return tiny_chat(tmp_path_factory.mktemp("chat") / "chat")
+
+
+def test_chat_samples_use_the_template_and_its_default_system_prompt(chat_ckpt, gpt2_ckpt):
+    from vocabsurgeon.runtime import chat_prompts, chat_samples, load_tokenizer
+
+    tok = load_tokenizer(chat_ckpt)
+    samples = chat_samples(tok)
+    assert len(samples) == 4
+    assert samples[0] == ("<|im_start|>system\nYou are a helpful AI assistant.<|im_end|>\n<|im_start|>user\nWhat is "
+                          "the capital of France?<|im_end|>\n<|im_start|>assistant\nThe capital of France is Paris."
+                          "<|im_end|>\n")
+    assert samples[2].startswith("<|im_start|>system\nYou are a helpful assistant. Answer briefly.<|im_end|>")
+    prompts = chat_prompts(tok)
+    assert len(prompts) == 4 and all(p.endswith("<|im_end|>\n<|im_start|>assistant\n") for p in prompts)
+    assert chat_samples(load_tokenizer(gpt2_ckpt)) == []  # no template, no samples
+
+
+def test_a_word_of_the_chat_template_added_fails_validation(chat_ckpt, tmp_path):
+    out = tmp_path / "out"
+    r = run("add", "-t", "assistant", *FAST, chat_ckpt, out)
+    assert r.exit_code == 3, r.output
+    report = json.loads((out / REPORT_NAME).read_text(encoding="utf-8"))
+    t = report["tokenization"]
+    # the third conversation says "assistant" in its own system message: it may change, the others may not
+    assert t["chat_samples"] == 4 and t["chat_ids_changed"] == 3
+    assert sorted(t["chat_new_tokens"]) == [" assistant", "assistant"]
+    assert report["failures"] == [
+        ("3 of 4 chat-template conversations tokenize differently: the template's text now holds new token(s) "
+        f"{', '.join(repr(x) for x in t['chat_new_tokens'])}; chat prompts change for every user (remove those words "
+        "from the tokens)")]
+    assert report["kl_chat"]["applicable"] is True and report["kl_chat"]["samples"] == 4
+    assert report["greedy_chat"]["prompts"] == 3  # the prompt whose system message says "assistant" is left out
+
+
+def test_chat_figures_agree_with_an_independent_computation(chat_ckpt, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path / "out"
+    r = run("add", "-t", "Frodo", "--json", *FAST, chat_ckpt, out)
+    assert r.exit_code == 0, r.output
+    report = json.loads((out / REPORT_NAME).read_text(encoding="utf-8"))
+    assert report["tokenization"]["chat_ids_changed"] == 0
+    g = report["greedy_chat"]
+    assert g["applicable"] is True and g["compared"] == g["prompts"] == 4 and g["differing"] == 0
+    from vocabsurgeon.runtime import CHATS
+
+    tok = AutoTokenizer.from_pretrained(chat_ckpt)
+    kl = []
+    with torch.no_grad():
+        base = AutoModelForCausalLM.from_pretrained(chat_ckpt, dtype=torch.float32)
+        new = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+        for turns in CHATS:  # rendered and tokenized by transformers, run on both models here
+            messages = [{"role": role, "content": content} for role, content in turns]
+            ids = tok.apply_chat_template(messages, tokenize=True, return_dict=True)["input_ids"]
+            x = torch.tensor([ids])
+            kl.append(kl_old_new(base(x).logits[0], new(x).logits[0]).numpy())
+    kl = np.concatenate(kl)
+    c = report["kl_chat"]
+    assert c["positions"] == kl.size
+    assert c["mean"] == pytest.approx(kl.mean(), rel=1e-6) and c["max"] == pytest.approx(kl.max(), rel=1e-6)
+    assert c["max"] <= c["bound"] * (1 + 1e-9) and c["within_bound"] is True
+
+
+def test_chat_greedy_answers_differ_when_the_new_rows_take_over(chat_ckpt, tmp_path):
+    out = tmp_path / "out"
+    r = run("add", "-t", "assistant", "--init", "mean-noise", "--eps", "1e4", *FAST, chat_ckpt, out)
+    assert r.exit_code == 3
+    g = json.loads((out / REPORT_NAME).read_text(encoding="utf-8"))["greedy_chat"]
+    assert g["compared"] == 3 and g["differing"] >= 1 and g["examples"][0]["base"] != g["examples"][0]["new"]
+
+
+# ------------------------------------------------------------------ NaN and Inf, options
+
+
+def poison(out: Path, rows: dict[int, float]) -> Path:
+    f = out / "model.safetensors"
+    tensors = load_file(f)
+    for i, v in rows.items():
+        tensors["transformer.wte.weight"][i] = v
+    save_file(tensors, f, metadata={"format": "pt"})
+    return out
+
+
+@pytest.mark.parametrize("rows", [{601: float("nan"), 603: float("inf")}, {5: float("-inf")}],
+                         ids=["new rows", "an old row"])
+def test_nan_or_inf_rows_fail_with_their_ids(gpt2_ckpt, tmp_path, rows):
+    out = poison(added(gpt2_ckpt, tmp_path / "out"), rows)
+    r = run("validate", gpt2_ckpt, out, *FAST)
+    assert r.exit_code == 3
+    ids = ", ".join(map(str, rows))
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"Error: {out}: validation failed: {len(rows)} row(s) hold NaN or Inf, e.g. tensor 'transformer.wte.weight' "
+        f"rows {ids}; the model's outputs are not numbers (re-run add with a finite --eps, or another --init)")
+    d = json.loads(run("validate", gpt2_ckpt, out, "--json", *FAST).stdout)
+    assert d["finite"]["nonfinite_rows"] == {"transformer.wte.weight": list(rows)}
+    assert d["kl"]["applicable"] is False and d["complete"] is False
+    assert d["method"] is None and d["method_reason"] == "no model was run"  # nor read for the relation
+
+
+BAD_EPS = "Error: --eps {}: the noise scale of mean-noise must be a finite number >= 0 (default 1e-05)\n"
+
+
+@pytest.mark.parametrize("eps", ["nan", "inf", "-inf", "-1"])
+@pytest.mark.parametrize("mode", [(), ("--dry-run",), ("--no-validate",)], ids=["run", "dry-run", "no-validate"])
+def test_bad_eps_is_refused_before_any_work(gpt2_ckpt, tmp_path, eps, mode):
+    out = tmp_path / "out"
+    r = run("add", *WORDS, "--init", "mean-noise", "--eps", eps, *mode, gpt2_ckpt, out)
+    assert r.exit_code == 2 and r.stderr == BAD_EPS.format(float(eps))
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("args,message", [
+    (("--device", "tpu"), "--device 'tpu' is not one of auto, cpu, cuda (or cuda:N)"),
+    (("--max-kl-mean", "-1"), "--max-kl-mean -1.0: must be a finite number of nats >= 0"),
+    (("--max-kl-p99", "nan"), "--max-kl-p99 nan: must be a finite number of nats >= 0"),
+    (("--max-new-token-fraction", "1.5"), "--max-new-token-fraction 1.5: must be a fraction between 0 and 1"),
+], ids=["device", "kl-mean", "kl-p99", "fraction"])
+@pytest.mark.parametrize("mode", [(), ("--dry-run",), ("--no-validate",)], ids=["run", "dry-run", "no-validate"])
+def test_bad_options_are_refused_before_any_work(gpt2_ckpt, tmp_path, args, message, mode):
+    out = tmp_path / "out"
+    r = run("add", *WORDS, *args, *mode, gpt2_ckpt, out)
+    assert r.exit_code == 2 and r.stderr == f"Error: {message}\n"
+    assert not out.exists()
+    if not mode:
+        r = run("validate", gpt2_ckpt, gpt2_ckpt, *args)  # refused before the checkpoints are even read
+        assert r.exit_code == 2 and r.stderr == f"Error: {message}\n"
+
+
+@pytest.mark.parametrize("mode", [(), ("--dry-run",)])
+def test_plot_without_validation_is_refused(gpt2_ckpt, tmp_path, mode):
+    out = tmp_path / "out"
+    r = run("add", *WORDS, "--no-validate", "--plot", tmp_path / "kl.png", *mode, gpt2_ckpt, out)
+    assert r.exit_code == 2
+    assert r.stderr == "Error: --plot draws the validation's KL histogram; drop --no-validate or --plot\n"
+    assert not out.exists()
+
+
+# ------------------------------------------------------------------ one pass, two passes
+
+
+@pytest.mark.parametrize("which", ["gpt2", "llama"])
+def test_one_pass_gives_the_two_pass_figures(which, gpt2_ckpt, llama_ckpt, tmp_path):
+    src = {"gpt2": gpt2_ckpt, "llama": llama_ckpt}[which]
+    out = added(src, tmp_path / "out", "--init", "mean-noise", "--eps", "0.1")  # distinct rows, a KL above zero
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(read_corpus()[0][:1500] + "\n\nFrodo met Gandalf. Gandalf spoke to Frodo.", encoding="utf-8")
+    one, two = (json.loads(run("validate", src, out, "--json", "--method", m, "--corpus", corpus, *FAST).stdout)
+                for m in ("one-pass", "two-pass"))
+    assert one["method"] == "one-pass" and two["method"] == "two-pass"
+    assert list(one["seconds"]) == ["tokenizers", "finite rows", "one-pass", "expanded model", "sampling"]
+    assert list(two["seconds"]) == ["tokenizers", "finite rows", "two-pass", "original model", "expanded model",
+                                    "sampling"]
+    assert all(v >= 0 for v in one["seconds"].values())
+    assert one["kl"]["positions"] == two["kl"]["positions"] == 61 and one["kl"]["mean"] > 0
+    for key in ("mean", "p99", "max"):
+        assert one["kl"][key] == pytest.approx(two["kl"][key], rel=1e-6, abs=1e-12)
+    assert two["old_logits"]["how"] == "measured" and two["old_logits"]["max_abs_diff"] == 0.0
+    assert one["old_logits"]["how"] == "files"
+    assert one["sampling"] == two["sampling"]
+    assert one["usability"]["applicable"] is True
+    for key in ("bpb_old", "bpb_new", "new_token_bits_mean"):
+        assert one["usability"][key] == pytest.approx(two["usability"][key], rel=1e-6)
+    auto = json.loads(run("validate", src, out, "--json", "--corpus", corpus, *FAST).stdout)
+    assert auto["method"] == "one-pass" and auto["kl"] == one["kl"]
+
+
+def test_a_checkpoint_not_made_by_add_gets_two_passes(gpt2_ckpt, tmp_path):
+    from vocabsurgeon.validate import derived_by_add
+
+    out = poison(added(gpt2_ckpt, tmp_path / "out"), {})
+    assert derived_by_add(gpt2_ckpt, out).derived is True
+    tensors = load_file(out / "model.safetensors")
+    tensors["transformer.wte.weight"][5] += 1e-3  # an old row moved
+    save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
+    rel = derived_by_add(gpt2_ckpt, out)
+    assert rel == (False, "tensor 'transformer.wte.weight' differs from the original's in its old rows")
+    d = json.loads(run("validate", gpt2_ckpt, out, "--json", *FAST).stdout)
+    assert d["method"] == "two-pass" and d["method_reason"] == rel.reason
+    assert d["old_logits"]["how"] == "measured" and d["old_logits"]["max_abs_diff"] > 0
+    r = run("validate", gpt2_ckpt, out, "--method", "one-pass", "-q", *FAST)
+    assert r.exit_code == 2 and r.stderr == (
+        f"Error: {out}: one-pass validation needs a checkpoint made from {gpt2_ckpt} by add, but {rel.reason}; use "
+        "the two-pass method\n")
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["n_layer"] = 2
+    (out / "config.json").write_text(json.dumps(cfg))
+    assert derived_by_add(gpt2_ckpt, out) == (False, "the configs differ in more than the vocabulary size")
+
+
+def test_validation_encodes_without_padding_or_truncation(gpt2_ckpt, tmp_path):
+    """Tokenizers that pad to 128 and truncate at 16 tokens (as sentence-transformers ship them)."""
+    out = added(gpt2_ckpt, tmp_path / "out")
+    for ckpt in (gpt2_ckpt, out):
+        f = ckpt / "tokenizer.json"
+        t = json.loads(f.read_text(encoding="utf-8"))
+        t["padding"] = {"strategy": {"Fixed": 128}, "direction": "Right", "pad_to_multiple_of": None, "pad_id": 0,
+                        "pad_type_id": 0, "pad_token": "<|endoftext|>"}
+        t["truncation"] = {"direction": "Right", "max_length": 16, "strategy": "LongestFirst", "stride": 0}
+        f.write_text(json.dumps(t), encoding="utf-8")
+    r = run("validate", gpt2_ckpt, out, "--json", *FAST)
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    text, _ = read_corpus()
+    plain = bytelevel_tokenizer(600)(text, add_special_tokens=False).input_ids
+    assert report["corpus"]["tokens"] == len(plain) > 128
+    assert report["kl"]["positions"] == 61 and report["tokenization"]["passed"] is True
+    assert report["tokenization"]["new_words"] == report["tokenization"]["one_token_words"] == 2
+    from vocabsurgeon.runtime import load_tokenizer
+
+    backend = load_tokenizer(out).backend_tokenizer  # what any direct encode of the checks would use
+    assert backend.padding is None and backend.truncation is None
+    assert len(backend.encode(text).ids) == len(plain)
+
+
+# ------------------------------------------------------------------ progress, the pipeline from Python
+
+
+def test_add_says_validation_starts_with_an_estimate_and_shows_progress(gpt2_ckpt, tmp_path):
+    r = run("add", *WORDS, *FAST, gpt2_ckpt, tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    err = r.stderr
+    assert f"Validating {tmp_path / 'out'} against {gpt2_ckpt} (--no-validate skips this)" in err
+    assert "running: one-pass (every other tensor is byte-identical and the old rows are bit-identical): about " in err
+    assert "-parameter model, roughly " in err and "validating: 100%" in err
+    for quiet in (("-q",), ("--json",)):
+        r = run("add", *WORDS, *quiet, *FAST, gpt2_ckpt, tmp_path / f"out{quiet[0]}")
+        assert r.exit_code == 0 and "validating" not in r.stderr and "running:" not in r.stderr
+
+
+def test_the_pipeline_writes_the_card_with_the_figures(gpt2_ckpt, tmp_path):
+    from vocabsurgeon import AddOptions, ValidationFailed
+    from vocabsurgeon.pipeline import ValidationOptions, add_validate_push
+
+    done = add_validate_push(gpt2_ckpt, tmp_path / "out", ["Frodo"], validation=ValidationOptions(max_tokens=60))
+    card = (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
+    assert "Validation **passed**" in card and ", one-pass)." in card
+    assert f"| KL(p_old ‖ p_new) mean | {done.report['kl']['mean']:.3g} nats | 0.05 |" in card
+    assert done.to_dict()["validation"]["passed"] is True and done.pushed is None
+    with pytest.raises(ValidationFailed) as e:
+        add_validate_push(gpt2_ckpt, tmp_path / "bad", ["Frodo"], AddOptions(init="mean-noise", eps=1e4),
+                          validation=ValidationOptions(max_tokens=60))
+    assert e.value.report["passed"] is False
+    assert "Validation **FAILED**: mean KL" in (tmp_path / "bad" / "README.md").read_text(encoding="utf-8")

@@ -14,6 +14,7 @@ from .init import STRATEGIES, kl_bound  # noqa: E402
 from .surgery import AddJob, AddOptions, AddResult, Plan, add_tokens, apply, open_target, plan_add, plan_tokens  # noqa: E402
 from .suggest import Suggestion, suggest_tokens  # noqa: E402
 from .wordlist import read_tokens_file  # noqa: E402
+from .pipeline import PushOptions, ValidationOptions, add_validate_push, finish_add  # noqa: E402
 
 # The checks run models (torch, transformers): imported on first use, so that `import vocabsurgeon`
 # and a plain `add` stay light. (`compare` is also the name of its module: import it from
@@ -33,5 +34,6 @@ __all__ = [
     "__version__", "add_tokens", "plan_add", "plan_tokens", "open_target", "apply", "AddJob", "AddOptions",
     "AddResult", "Plan", "read_tokens_file", "STRATEGIES", "kl_bound", "VocabSurgeonError", "InputError",
     "OutputExistsError", "ValidationFailed", "PushError", "WriteError", "push", "PushResult", "resolve_checkpoint",
-    "model_card", "write_model_card", "suggest_tokens", "Suggestion", *_LAZY,
+    "model_card", "write_model_card", "suggest_tokens", "Suggestion", "add_validate_push", "finish_add",
+    "ValidationOptions", "PushOptions", *_LAZY,
 ]

@@ -7,6 +7,7 @@ VOCABSURGEON_DEBUG=1 to see tracebacks.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -220,7 +221,8 @@ def two_checkpoint_hub_options(names: str):
 @click.option("--dry-run", is_flag=True, help="Print the plan and write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
 @click.option("--no-validate", is_flag=True,
-              help="Skip the validation that runs after writing (it loads both models with transformers).")
+              help="Skip the validation that runs after writing (it loads the new model with transformers, "
+                   "and the original too when the output is not a plain expansion of it).")
 @hub_options("SRC when it is a Hub repo id", token_use="Used to pull SRC and to push.")
 @click.option("--push-to", metavar="REPO_ID", help="Push OUT to this Hub repo (org/name) as one commit, after "
               "validation passed; see `vocabsurgeon push`.")
@@ -273,11 +275,19 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
                                 ("--create-pr", create_pr), ("--message", message)) if v]
         if given:
             raise InputError(f"{given[0]} is a push option; pass --push-to REPO_ID too")
-    else:
-        from .hub import REPO_ID
+    # Every option is checked before any work, also with --dry-run and --no-validate.
+    from .init import check_eps
+    from .pipeline import PushOptions
+    from .runtime import check_device
 
-        if not REPO_ID.fullmatch(push_to):
-            raise InputError(f"--push-to {push_to!r}: not a Hub repo id; pass it as org/name, e.g. me/gpt2-lotr")
+    check_eps(eps)
+    check_device(device)
+    push_options = PushOptions(push_to, revision=push_revision, private=private, create_pr=create_pr,
+                               token=hf_token, message=message).check() if push_to else None
+    validation_opts = _validation_options(validation, seed=seed, device=device)
+    if no_validate and validation_opts.plot:
+        raise InputError("--plot draws the validation's KL histogram; drop --no-validate or --plot")
+    validation_opts.check()
     _quiet_hub(ctx, as_json)
     options = AddOptions(
         init=init, init_input=init_input, init_output=init_output, eps=eps, seed=seed, special=special,
@@ -308,28 +318,41 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
                   desc="writing", disable=True if quiet else None, file=sys.stderr) as bar:
             job.progress = bar.update
             result = job.finish()
-    # Validation: the report goes into OUT; on failure OUT stays and ValidationFailed exits 3.
-    report = None if no_validate else _validate_added(ctx, result, as_json, device=device, seed=seed, **validation)
-    summary = result.to_dict()
-    if report is not None:
-        summary["validation"] = _validation_brief(report, out)
-    if push_to:
-        from .errors import PushError
-        from .hub import push
+    # Validation, the card with its figures, the push: the library's pipeline. On a validation
+    # failure OUT stays and ValidationFailed exits 3; on a push failure PushError exits 4.
+    from .errors import PushError, ValidationFailed
+    from .pipeline import finish_add, validation_brief
+    from .validate import summary_lines
 
-        n_words = len({a["token"] for a in summary["added"]})
-        message = message or (f"Add {n_words} new token{'s' if n_words != 1 else ''} to {summary['base']['name']} "
-                              f"with vocabsurgeon {__version__}")
-        if not quiet and not as_json:
+    shown: list = []
+
+    def step(name: str, done) -> None:
+        if quiet or as_json:
+            return
+        if done.report is not None and not shown:  # the validation's figures, once, before the next step
+            shown.append(True)
+            click.echo("\n".join(summary_lines(done.report)), err=True)
+        if name == "validate":
+            click.echo(f"Validating {result.out} against {result.plan.src} (--no-validate skips this)", err=True)
+        elif name == "push":
             click.echo(f"Pushing {out} to {push_to}", err=True)
-        try:
-            pushed = push(out, push_to, private=private, revision=push_revision, create_pr=create_pr, token=hf_token,
-                          message=message)
-        except PushError as e:  # the checkpoint is written: say how to retry the push alone
-            if as_json:
-                _emit({**summary, "push": {"error": str(e)}})
-            raise PushError(f"{e}. {out} is written; retry with `vocabsurgeon push {out} {push_to}`") from None
-        summary["push"] = pushed.to_dict()
+
+    try:
+        with _validation_progress(ctx, as_json) as progress:
+            done = finish_add(result, None if no_validate else validation_opts, push_options, progress=progress,
+                              on_step=step)
+    except ValidationFailed as e:
+        if as_json:
+            _emit({**result.to_dict(), "validation": validation_brief(e.report, result.out)})
+        elif not quiet and e.report:
+            click.echo("\n".join(summary_lines(e.report)[:-1]), err=True)
+        raise
+    except PushError as e:
+        if as_json:
+            _emit({**e.finished.to_dict(), "push": {"error": str(e)}})
+        raise
+    step("done", done)
+    summary = done.to_dict()
     if as_json:
         _emit(summary)
     elif not quiet:
@@ -528,39 +551,45 @@ def suggest_command(ctx, ckpt, corpus, top, min_count, output, embedding_key, lm
             click.echo(f"Wrote {len(result.words)} words to {output}", err=True)
 
 
-def _validation_brief(report: dict, out) -> dict:
-    from .validate import REPORT_NAME
+def _validation_options(validation: dict, *, seed: int, device: str):
+    """The pipeline's ValidationOptions from the shared validation flags."""
+    from .pipeline import ValidationOptions
+    from .validate import Thresholds
 
-    return {"passed": report["passed"], "failures": report["failures"], "report": str(Path(out) / REPORT_NAME),
-            "kl": {k: report["kl"][k] for k in ("mean", "p99", "max", "bound")},
-            "new_token_fraction": report["sampling"]["new_token_fraction"]}
+    v = dict(validation)
+    corpus, max_tokens, plot = v.pop("corpus"), v.pop("max_tokens"), v.pop("plot")
+    return ValidationOptions(corpus=corpus, max_tokens=max_tokens, thresholds=Thresholds(**v), seed=seed,
+                             device=device, plot=plot)
 
 
-def _validate_added(ctx, result, as_json, *, device, seed, corpus, max_tokens, plot, **limits) -> dict:
-    """The validation step of `add`: runs the checks on what was written, prints, raises on failure."""
-    from .errors import ValidationFailed
-    from .validate import Thresholds, summary_lines, validate_added
+@contextlib.contextmanager
+def _validation_progress(ctx, as_json: bool):
+    """A progress bar with an ETA on stderr for the validation (off with --quiet and --json); each stage
+    (the method and the expected time, each model) is printed above it."""
+    from tqdm.auto import tqdm
 
-    quiet = is_quiet(ctx) or as_json
-    if not quiet:
-        click.echo(f"Validating {result.out} against {result.plan.src} (--no-validate skips this)", err=True)
-    from .modelcard import write_model_card
+    from .runtime import Progress
+
+    if is_quiet(ctx) or as_json:
+        yield Progress()
+        return
+    bars: list = []  # the bar starts when the work is known (after the model loaded)
+
+    def stage(s: str) -> None:
+        (bars[0].write if bars else click.echo)(f"running: {s}", file=sys.stderr)
+
+    def total(n: int) -> None:
+        if bars:
+            bars[0].total = n
+            bars[0].refresh()
+        else:
+            bars.append(tqdm(total=n, unit="tok", desc="validating", file=sys.stderr))
 
     try:
-        report = validate_added(result, corpus, thresholds=Thresholds(**limits), max_tokens=max_tokens, seed=seed,
-                                device=device, plot=plot)
-    except ValidationFailed as e:
-        if e.report:  # the card says it failed, as the kept output is there to be inspected
-            write_model_card(result.out, result.to_dict(), e.report, plot=plot)
-        if as_json:
-            _emit({**result.to_dict(), "validation": _validation_brief(e.report, result.out)})
-        elif not quiet:
-            click.echo("\n".join(summary_lines(e.report)[:-1]), err=True)
-        raise
-    write_model_card(result.out, result.to_dict(), report, plot=plot)
-    if not quiet:
-        click.echo("\n".join(summary_lines(report)), err=True)
-    return report
+        yield Progress(stage=stage, total=total, advance=lambda n: bars[0].update(n) if bars else None)
+    finally:
+        if bars:
+            bars[0].close()
 
 
 def _echo_pushed(d: dict) -> None:
@@ -621,17 +650,26 @@ def push_command(ctx, out, repo_id, private, revision, create_pr, token, message
 @click.option("--device", default="auto", show_default=True,
               help="Where to run the models: auto (CUDA when present, spread with accelerate), cpu, cuda.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+@click.option("--method", type=click.Choice(["auto", "one-pass", "two-pass"]), default="auto", show_default=True,
+              help="one-pass runs only NEW (its first n logits are BASE's) and needs NEW made from BASE by add, "
+                   "checked from the files; two-pass runs both models; auto picks one-pass when it applies.")
 @two_checkpoint_hub_options("BASE and NEW")
 @common_options
 @click.pass_context
-def validate(ctx, base, new, seed, device, as_json, corpus, max_tokens, plot, revision, hf_token, **limits):
+def validate(ctx, base, new, seed, device, as_json, method, corpus, max_tokens, plot, revision, hf_token, **limits):
     """Check that the expanded checkpoint NEW is safe to use, against its original BASE.
 
-    On a held-out corpus tokenized with the original tokenizer: KL(p_old||p_new) at every
-    position (mean, p99, max, next to the mean-init bound log(1+k/n)) and unchanged old-vocabulary
-    logits; seeded samples (how many new tokens appear after prompts without new words, and how
-    often a new token makes the model repeat it); the tokenizer invariants; and, where the corpus
-    uses the new words, bits per byte of both models (reported, not pass/fail).
+    First, no row of NEW's vocabulary tensors may hold NaN or Inf (read from the files). Then, on
+    a held-out corpus tokenized with the original tokenizer: KL(p_old||p_new) at every position
+    (mean, p99, max, next to the mean-init bound log(1+k/n)) and unchanged old-vocabulary logits;
+    seeded samples (how many new tokens appear after prompts without new words, and how often a
+    new token makes the model repeat it); the tokenizer invariants; and, where the corpus uses the
+    new words, bits per byte of both models (reported, not pass/fail). With a chat template, a few
+    rendered conversations get the KL and tokenization checks too, and greedy answers to chat
+    prompts must stay the same.
+
+    When NEW was made from BASE by add (checked from the files), only NEW is loaded and run once:
+    BASE's logits are its first n logits (--method auto; the report's "method" says which ran).
 
     BASE and NEW are checkpoint directories or Hub repo ids (org/name), pulled as by `add`; a
     local directory of the same spelling wins. BASE is often the original model on the Hub:
@@ -647,13 +685,16 @@ def validate(ctx, base, new, seed, device, as_json, corpus, max_tokens, plot, re
       vocabsurgeon validate openai-community/gpt2 out/gpt2-lotr --revision main
     """
     from .errors import ValidationFailed
-    from .validate import Thresholds, summary_lines, validate_checkpoint
+    from .validate import Thresholds, check_options, summary_lines, validate_checkpoint
 
+    thresholds = Thresholds(**limits)
+    check_options(thresholds=thresholds, device=device, max_tokens=max_tokens, plot=plot)
     _quiet_hub(ctx, as_json)
     quiet = is_quiet(ctx) or as_json
-    report = validate_checkpoint(base, new, corpus, thresholds=Thresholds(**limits), max_tokens=max_tokens,
-                                 seed=seed, device=device, plot=plot, revision=revision, token=hf_token,
-                                 progress=None if quiet else (lambda s: click.echo(f"running: {s}", err=True)))
+    with _validation_progress(ctx, as_json) as progress:
+        report = validate_checkpoint(base, new, corpus, thresholds=thresholds, max_tokens=max_tokens, seed=seed,
+                                     device=device, plot=plot, revision=revision, token=hf_token, progress=progress,
+                                     method=method)
     if as_json:
         _emit(report)
     elif not is_quiet(ctx):

@@ -25,6 +25,21 @@ logger = logging.getLogger(__name__)
 DEFAULT_EPS = 1e-5  # Hewitt's choice: N(mu, 1e-5 * Sigma) keeps new rows close to the mean
 
 
+def check_eps(eps: float) -> float:
+    """Refuse a noise scale that is not a finite number >= 0 (NaN or Inf would write rows of NaN;
+    a negative one would silently be the mean).
+
+    Raises:
+        InputError: eps is NaN, infinite or negative.
+    """
+    import math
+
+    if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps >= 0):
+        raise InputError(f"--eps {eps}: the noise scale of mean-noise must be a finite number >= 0 (default "
+                         f"{DEFAULT_EPS})")
+    return eps
+
+
 @dataclass
 class RowStats:
     """Mean (and optionally covariance) of the old rows of one matrix, float64."""

@@ -19,8 +19,16 @@ import numpy as np
 from .architectures import detect, text_config
 from .checkpoint import Checkpoint
 from .hub import Source, resolve_checkpoint
-from .validate import DEFAULT_MAX_TOKENS, context_length, corpus_windows, encode, load_tokenizer, loaded_model, \
-    model_kind, read_corpus
+from .runtime import (
+    context_length,
+    corpus_windows,
+    encode,
+    load_tokenizer,
+    loaded_model,
+    model_kind,
+    read_corpus,
+)
+from .validate import DEFAULT_MAX_TOKENS
 
 logger = logging.getLogger(__name__)
 
@@ -28,38 +36,56 @@ logger = logging.getLogger(__name__)
 SAFE_MAX_KL = 0.01  # below this everywhere: safe
 DANGEROUS_MEAN_KL = 0.1  # a mean or a max at least this high: dangerous
 DANGEROUS_MAX_KL = 1.0
+FAR_ROW_NORM = 10.0  # a row whose norm is this many times the matrix's 99th-percentile norm is far outside the rest
+MAX_LISTED_ROWS = 20  # row ids listed per warning
 
 
 def matrix_stats(ckpt: Checkpoint, name: str) -> dict:
     """Statistics of one vocabulary matrix, streamed: row norms, per-dimension mean and std, and
-    the std compared with the Xavier normal std sqrt(2 / (rows + hidden))."""
+    the std compared with the Xavier normal std sqrt(2 / (rows + hidden)).
+
+    Rows holding NaN or Inf are left out of the figures and listed by id (`nonfinite_row_ids`), as
+    are rows whose norm is far outside the others' (`far_row_ids`: above FAR_ROW_NORM x the 99th
+    percentile norm, e.g. an init at the wrong scale)."""
     info = ckpt.tensors[name]
     rows = info.shape[0]
-    norms = []
+    norms, kept = [], []
     total = sq = None
-    nonfinite = 0
+    bad_ids: list[int] = []
+    start = 0
     for chunk in ckpt.iter_np_chunks(name):  # (r, hidden)
         c = chunk.astype(np.float64)
-        finite = np.isfinite(c).all(axis=1)
-        nonfinite += int((~finite).sum())
+        ids = np.arange(start, start + len(c))
+        start += len(c)
+        with np.errstate(all="ignore"):  # Inf - Inf and the like: those rows are dropped just below
+            finite = np.isfinite(c).all(axis=1) & np.isfinite((c * c).sum(1))
+        bad_ids += ids[~finite].tolist()
         c = c[finite]
         norms.append(np.linalg.norm(c, axis=1))
+        kept.append(ids[finite])
         total = c.sum(0) if total is None else total + c.sum(0)
         sq = (c * c).sum(0) if sq is None else sq + (c * c).sum(0)
     norms_a = np.concatenate(norms) if norms else np.zeros(0)
+    kept_a = np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
+    hidden = info.shape[1] if len(info.shape) > 1 else 1
     n = max(1, norms_a.size)
-    mean = total / n
-    std = np.sqrt(np.maximum(sq / n - mean * mean, 0.0))  # (hidden,)
-    hidden = mean.shape[0]
+    mean = total / n if total is not None else np.zeros(hidden)
+    std = np.sqrt(np.maximum(sq / n - mean * mean, 0.0)) if sq is not None else np.zeros(hidden)  # (hidden,)
     xavier = math.sqrt(2.0 / (rows + hidden))
     overall = float(np.sqrt(np.mean(std * std)))
+    if not norms_a.size:  # every row is NaN or Inf: nothing to describe
+        norms_a = np.full(1, np.nan)
+    far = kept_a[norms_a > FAR_ROW_NORM * np.quantile(norms_a, 0.99)] if norms_a.size > 1 else kept_a[:0]
     return {
         "shape": list(info.shape),
         "dtype": info.dtype,
         "row_norm": {"mean": float(norms_a.mean()), "std": float(norms_a.std()), "min": float(norms_a.min()),
                      "median": float(np.median(norms_a)), "max": float(norms_a.max())},
         "zero_rows": int((norms_a == 0).sum()),
-        "nonfinite_rows": nonfinite,
+        "nonfinite_rows": len(bad_ids),
+        "nonfinite_row_ids": bad_ids[:MAX_LISTED_ROWS],
+        "far_rows": int(far.size),
+        "far_row_ids": far[:MAX_LISTED_ROWS].tolist(),
         "dim_mean": {"mean_abs": float(np.abs(mean).mean()), "max_abs": float(np.abs(mean).max()),
                      "norm": float(np.linalg.norm(mean))},
         "dim_std": {"min": float(std.min()), "median": float(np.median(std)), "max": float(std.max()),
@@ -87,6 +113,10 @@ def zero_init_risk(ckpt_dir: str | os.PathLike, corpus: str | os.PathLike | None
     with loaded_model(ckpt_dir, device, kind) as model:
         seqs = corpus_windows(ids, model.prefix(tok), context_length(model), max_tokens)
         log_z = np.concatenate([model.logits(s).double().logsumexp(-1).numpy() for s in seqs])
+    if not np.isfinite(log_z).all():  # NaN/Inf rows (listed with the matrices) make every output NaN
+        why = "the model's outputs hold NaN or Inf (see the rows listed above)"
+        return {"applicable": False, "reason": why, "corpus": name, "positions": int(log_z.size), "log_z": None,
+                "zero_init_kl": None, "verdict": None, "explanation": f"not measured: {why}"}
     kl = np.logaddexp(0.0, -log_z)  # log(1 + 1/Z), computed without overflow
     verdict, words = _verdict(float(kl.mean()), float(kl.max()))
     return {
@@ -190,14 +220,20 @@ def describe(report: dict) -> list[str]:
         + (f" ({r['padding_rows']} padding/reserved rows past the tokenizer)" if r["padding_rows"] > 0 else ""),
     ]
     for name, m in r["matrices"].items():
-        wide = m["std_over_xavier"]
         lines.append(
             f"{name} {m['dtype']}{m['shape']}: row norm mean {m['row_norm']['mean']:.3g} "
             f"[{m['row_norm']['min']:.3g}, {m['row_norm']['max']:.3g}], per-dim std median "
-            f"{m['dim_std']['median']:.3g}, {wide:.2g}x the Xavier std {m['xavier_std']:.2g}"
-            + (" (wider than the Xavier range)" if wide > 1 else "")
+            f"{m['dim_std']['median']:.3g}, {m['std_over_xavier']:.2g}x the Xavier std {m['xavier_std']:.2g}"
             + (f", {m['zero_rows']} zero rows" if m["zero_rows"] else "")
         )
+        if m.get("nonfinite_rows"):
+            more = ", ..." if m["nonfinite_rows"] > len(m["nonfinite_row_ids"]) else ""
+            lines.append(f"WARNING: {name}: {m['nonfinite_rows']} row(s) hold NaN or Inf: ids "
+                         f"{', '.join(map(str, m['nonfinite_row_ids']))}{more}")
+        if m.get("far_rows"):
+            more = ", ..." if m["far_rows"] > len(m["far_row_ids"]) else ""
+            lines.append(f"WARNING: {name}: {m['far_rows']} row(s) with a norm over {FAR_ROW_NORM:g}x the 99th "
+                         f"percentile of the others: ids {', '.join(map(str, m['far_row_ids']))}{more}")
     z = r.get("zero_init_risk")
     if z and not z["applicable"]:
         lines.append(f"zero-init risk {z['explanation']}")

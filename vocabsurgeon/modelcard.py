@@ -115,46 +115,23 @@ def _local_name(path) -> str:
 
 
 def _validation_section(report: dict | None, plot_rel: str | None) -> list[str]:
+    """The card's validation section: the verdict, then the rows of each check record (`checks.py`)."""
     if report is None:
         return ["## Validation", "", "Not run (`--no-validate`). Run `vocabsurgeon validate BASE THIS` to check it.", ""]
-    kl, s, t, u, o = (report[key] for key in ("kl", "sampling", "tokenization", "usability", "old_logits"))
+    from .checks import read_checks
+
     verdict = "**passed**" if report["passed"] else "**FAILED**: " + "; ".join(report["failures"])
     model = report.get("model") or {}
-    on = f"{report['corpus']['positions']} positions of " if kl["applicable"] else ""
+    on = f"{report['corpus']['positions']} positions of " if report["corpus"].get("positions") else ""
+    method = f", {report['method']}" if report.get("method") else ""
     lines = [
         "## Validation", "",
         f"Validation {verdict} (on {on}`{report['corpus']['name']}`"
-        + (f", {model['class']}, {report['device']}, {report['dtype']}" if model.get("class") else "") + ").", "",
+        + (f", {model['class']}, {report['device']}, {report['dtype']}" if model.get("class") else "") + method
+        + ").", "",
         "| check | value | limit |", "|---|---|---|",
     ]
-    if kl["applicable"]:
-        lines += [
-            f"| KL(p_old ‖ p_new) mean | {kl['mean']:.3g} nats | {kl['limit_mean']:.3g} |",
-            f"| KL p99 | {kl['p99']:.3g} nats | {kl['limit_p99']:.3g} |",
-            f"| KL max | {kl['max']:.3g} nats | mean-init bound log(1 + k/n) = {kl['bound']:.3g} "
-            f"({'within' if kl['within_bound'] else 'above'}) |",
-        ]
-    if o["applicable"]:
-        what = "old-vocabulary logits" if o["what"] == "logits" else "hidden states of old text"
-        lines.append(f"| {what} | {'unchanged' if o['unchanged'] else 'changed'} "
-                     f"(max diff {o['max_abs_diff']:.3g}) | {o['tolerance']:.3g} |")
-    if s["applicable"]:
-        lines += [
-            f"| new tokens sampled after plain prompts | {s['new_token_fraction']:.1%} | "
-            f"{s['limit_new_token_fraction']:.0%} |",
-            f"| prompts ending in a new token that repeat it | {s['stuck_fraction']:.0%} | "
-            f"{s['limit_stuck_fraction']:.0%} |",
-        ]
-    lines += [
-        f"| new words that are one token | {t['one_token_words']}/{t['new_words']} | all |",
-        f"| old paragraphs tokenized differently | {t['old_text_ids_changed']} | 0 |",
-        f"| decode round-trip failures | {t['round_trip_failures']} | 0 |",
-    ]
-    if u["applicable"]:
-        lines.append(f"| bits per byte on text with the new words | {u['bpb_new']:.3f} (original model: "
-                     f"{u['bpb_old']:.3f}) | reported |")
-    elif s["applicable"]:
-        lines.append("| bits per byte on text with the new words | not measured (no new words in the corpus) | |")
+    lines += [row for check in read_checks(report) for row in check.card_rows()]
     if report.get("skipped"):
         lines += ["", *[f"Not checked: {w}." for w in report["skipped"]]]
     lines.append("")

@@ -28,7 +28,7 @@ from .checkpoint import FLOAT_DTYPES, INDEX_NAME, Checkpoint, read_header, same_
 from .errors import InputError, VocabSurgeonError, WriteError
 from .hub import Source, resolve_checkpoint
 from .modelcard import write_model_card
-from .init import DEFAULT_EPS, InitContext, NewRows, accumulate_stats, get_strategy, kl_bound, resolve_device
+from .init import DEFAULT_EPS, InitContext, NewRows, accumulate_stats, check_eps, get_strategy, kl_bound, resolve_device
 from .tokenizer import STALE_SLOW_FILES, TOKENIZER_CONFIG, TOKENIZER_FILE, TokenizerEditor, TokenizerPlan, verify_tokenizer
 from .writer import (
     GrownTensor, Syncer, check_output_path, copy_file, copy_old_bytes, final_layout, reserve_layout, staging,
@@ -198,6 +198,7 @@ def open_target(src: str | os.PathLike, options: AddOptions | None = None, *, re
         InputError: for anything about the checkpoint or the options that cannot be used.
     """
     options = options or AddOptions()
+    check_eps(options.eps)  # before any download
     source = resolve_checkpoint(src, revision=revision, token=token)
     for s in {options.init, options.init_input, options.init_output} - {None}:
         get_strategy(s)

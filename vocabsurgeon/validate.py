@@ -1,50 +1,96 @@
-"""Validation of an expanded checkpoint against its original: KL, sampling, tokenization, usability.
+"""Validation of an expanded checkpoint against its original: orchestration and the report.
 
-The checks, all on a held-out corpus (default: `vocabsurgeon/data/corpus.txt`, a few KB of prose,
-dialogue, numbers and code):
+The checks (records in `checks.py`), all on a held-out corpus (default: `vocabsurgeon/data/corpus.txt`,
+a few KB of prose, dialogue, numbers and code) and, when the tokenizer has a chat template, on a
+few conversations rendered with it:
 
-- KL spot check: the corpus is tokenized with the ORIGINAL tokenizer (so it holds no new token);
-  at every position KL(p_old || p_new) is computed in float64 with logsumexp, p_new over the full
-  new softmax. Mean init guarantees KL <= log(1 + k/n) (k new rows, n old rows of the output
-  matrix). The old-vocabulary slice of the new logits must equal the old logits.
-- Sampling check: seeded sampling from prompts without new words gives the fraction of generated
-  tokens that are new (a broken expansion produces only new tokens); prompts that end in a new
-  token show how often the model gets stuck repeating it (a tied row that predicts itself).
-- Tokenization check: text without new words keeps its ids, each new word is one token, and the
-  corpus decodes as the original tokenizer decodes it.
-- Usability (reported, not pass/fail): bits per byte on the corpus paragraphs that contain new
-  words, new model with new tokenization next to old model with old tokenization.
+- Finite rows: no row of a vocabulary-sized tensor holds NaN or Inf (read from the files, before
+  any model runs: a NaN row makes every output NaN).
+- KL spot check: the text is tokenized with the ORIGINAL tokenizer (so it holds no new token); at
+  every position KL(p_old || p_new) in float64 with logsumexp, p_new over the full new softmax.
+  Mean init guarantees KL <= log(1 + k/n). Chat-template text is reported apart (`kl_chat`).
+- Old logits: the old-vocabulary slice of the new logits must equal the old logits.
+- Sampling: seeded samples after plain prompts (fraction of new tokens) and after prompts that end
+  in a new token (how often the model gets stuck repeating it).
+- Chat greedy: greedy answers to chat prompts, each model with its own tokenizer (what a chat user
+  sees), must be the same where the answer involves no new word.
+- Tokenization: old text and chat-template text keep their ids, each new word is one token, decode
+  as before.
+- Usability (reported): bits per byte on the corpus paragraphs that use the new words.
 
-Models are loaded with transformers (never `trust_remote_code`), with `device_map="auto"` when
-accelerate is installed, so a model bigger than a GPU or than RAM still validates. transformers
-is imported lazily: it costs seconds.
+Two ways to get the old model's outputs (`method` in the report):
+
+- one-pass: when the new checkpoint came from the base by `add` (config equal but for the vocabulary
+  size, every other tensor byte-identical, the old rows of every grown tensor bit-identical, checked
+  from the files without loading), the new model's hidden states on old ids ARE the base model's,
+  so the old logits are the first n columns of the new logits. Only the new model is loaded and run:
+  half the time and memory, and the KL is exact.
+- two-pass: any other pair; both models are loaded, one after the other, and run on the same ids.
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
+import itertools
 import json
 import logging
 import math
 import os
-import tempfile
+import time
 from dataclasses import asdict, dataclass, field
-from importlib import resources
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import NamedTuple
 
 import numpy as np
 
+from .checks import (
+    ChatKLCheck,
+    Check,
+    FiniteRowsCheck,
+    GreedyChatCheck,
+    KLCheck,
+    OldOutputsCheck,
+    SamplingCheck,
+    TokenizationCheck,
+    UsabilityCheck,
+    failures,
+    read_checks,
+)
 from .errors import InputError, ValidationFailed
 from .hub import resolve_checkpoints
 from .init import kl_bound
+from .runtime import (
+    LoadedModel,
+    ModelKind,
+    NonFiniteOutput,
+    Progress,
+    check_device,
+    context_length,
+    corpus_windows,
+    encode,
+    kl_per_position,
+    load_tokenizer,
+    loaded_model,
+    model_kind,
+    read_corpus,
+    render_chats,
+)
 
 logger = logging.getLogger(__name__)
 
+__all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "REPORT_NAME",
+    "Relation",
+    "Thresholds",
+    "derived_by_add",
+    "read_corpus",
+    "summary_lines",
+    "validate_added",
+    "validate_checkpoint",
+]
+
 REPORT_NAME = "vocabsurgeon_report.json"
 DEFAULT_MAX_TOKENS = 2048  # corpus positions of the KL check (and tokens of the usability check)
-MAX_WINDOW = 512  # tokens per forward pass; also capped by the model's context length
 PLAIN_PROMPTS = (
     "The weather this morning was",
     "She opened the door and said",
@@ -53,8 +99,15 @@ PLAIN_PROMPTS = (
 )
 NEW_WORD_PREFIXES = ("The next chapter is about", "They met", "Then", "Everyone talked about")
 SAMPLE_STEPS = 24  # generated tokens per prompt
+GREEDY_STEPS = 16  # tokens of each greedy chat answer
+SAMPLED_NEW_WORDS = 4  # new tokens that end a sampling prompt
 STUCK_RUN = 3  # this many copies of one new token in a row count as stuck
 PLOT_EXTRA = "pip install 'vocabsurgeon[plot]'"
+MAX_LISTED_ROWS = 20  # non-finite row ids listed per tensor
+# Assumed forward throughput for the up-front time estimate (float32 multiply-adds per second x2);
+# the progress bar's ETA takes over once the first windows have run.
+CPU_FLOPS = 4e10
+GPU_FLOPS = 5e12
 
 
 @dataclass
@@ -71,25 +124,39 @@ class Thresholds:
     max_stuck_fraction: float = 0.5  # of prompts ending in a new token whose sample repeats it
     old_logits_tolerance: float | None = None  # relative to max |logit|; None: 1e-4 (fp32/fp64), 1e-2 (fp16/bf16)
 
+    def check(self) -> Thresholds:
+        """Refuse limits that are not numbers in their range, before any work.
 
-def read_corpus(path: str | os.PathLike | None = None) -> tuple[str, str]:
-    """The validation text and its name: the file at `path`, or the packaged default corpus.
+        Raises:
+            InputError: a KL limit that is negative or not finite; a fraction outside [0, 1].
+        """
+        for name in ("max_kl_mean", "max_kl_p99"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise InputError(f"--{name.replace('_', '-')} {v}: must be a finite number of nats >= 0")
+        for name in ("max_new_token_fraction", "max_stuck_fraction"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and 0 <= v <= 1):
+                raise InputError(f"--{name.replace('_', '-')} {v}: must be a fraction between 0 and 1")
+        t = self.old_logits_tolerance
+        if t is not None and not (math.isfinite(t) and t >= 0):
+            raise InputError(f"old_logits_tolerance {t}: must be a finite number >= 0")
+        return self
+
+
+def check_options(*, thresholds: Thresholds | None = None, device: str = "auto", max_tokens: int = DEFAULT_MAX_TOKENS,
+                  plot: str | os.PathLike | None = None) -> None:
+    """Check the validation options before any work (also under `add --dry-run` and `--no-validate`).
 
     Raises:
-        InputError: the file cannot be read, is not UTF-8, or holds no text.
+        InputError: a bad limit, device or --max-tokens, or --plot without matplotlib.
     """
-    if path is None:
-        return resources.files("vocabsurgeon").joinpath("data/corpus.txt").read_text(encoding="utf-8"), "default"
-    p = Path(path)
-    try:
-        text = p.read_bytes().decode("utf-8")
-    except OSError as e:
-        raise InputError(f"{p}: cannot read the corpus ({e.strerror}); pass a UTF-8 text file to --corpus") from None
-    except UnicodeDecodeError as e:
-        raise InputError(f"{p}: invalid UTF-8 at byte {e.start}; save the corpus as UTF-8") from None
-    if not text.strip():
-        raise InputError(f"{p}: the corpus is empty; pass a file with some text to --corpus")
-    return text, str(p)
+    (thresholds or Thresholds()).check()
+    check_device(device)
+    if max_tokens < 1:
+        raise InputError("--max-tokens must be a positive integer")
+    if plot is not None:
+        require_plot()
 
 
 def require_plot() -> None:
@@ -137,289 +204,35 @@ def write_kl_plot(kl: np.ndarray, bound: float | None, path: str | os.PathLike, 
         plt.close(fig)
     return out
 
-
-# ---------------------------------------------------------------- models and tokenizers
-
-
-def _quiet_transformers() -> None:
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # "Loading weights" bars are not ours to show
+# ---------------------------------------------------------------- tokenizer and chat texts
 
 
-def load_tokenizer(path: str | os.PathLike):
-    """The checkpoint's tokenizer as a user gets it (AutoTokenizer); never runs remote code."""
-    _quiet_transformers()
-    from transformers import AutoTokenizer
+class ChatText(NamedTuple):
+    """A conversation rendered with the chat template, and whether its own messages use new words."""
 
-    try:
-        return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
-    except Exception as e:  # transformers raises many types; the message is what matters
-        raise InputError(f"{path}: transformers cannot load the tokenizer ({e}); check the tokenizer files") from None
+    text: str
+    uses_new_words: bool
 
 
-def resolve_torch_device(device: str = "auto") -> str:
-    """"auto" is CUDA when torch sees a GPU, else "cpu"; asking for "cuda" without one is an error."""
-    import torch
-
-    if device not in ("auto", "cpu") and not device.startswith("cuda"):
-        raise InputError(f"--device {device!r} is not one of auto, cpu, cuda")
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise InputError("--device cuda was asked for but no CUDA device is available; use --device cpu or auto")
-    return device
+def _uses_new(tok, texts, n_old: int) -> bool:
+    return any(t >= n_old for s in texts for t in encode(tok, s))
 
 
-# ---------------------------------------------------------------- what the model computes
-
-# The kinds of model the checks know, read from transformers' own auto mappings, never guessed
-# from names:
-#   causal   next-token logits: decoder-only LMs, and image-text models run on text alone
-#   seq2seq  decoder logits with the encoder fed one end-of-sequence token, so the decoder runs
-#            as a plain LM (an encoder input holding the text would let it copy)
-#   masked   logits at every position of the unmasked text (BERT's MLM head): KL, no sampling
-#   encoder  no language-model head (a sentence-transformers body): hidden states must not move
-_KIND_MAPPINGS = (
-    ("causal", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"),
-    ("seq2seq", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"),
-    ("causal", "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES"),
-    ("masked", "MODEL_FOR_MASKED_LM_MAPPING_NAMES"),
-    ("encoder", "MODEL_MAPPING_NAMES"),
-)
+def chat_texts(new_tok, n_old: int, generation_prompt: bool = False) -> list[ChatText]:
+    """The sample conversations rendered with the (new) tokenizer's chat template, each marked when its
+    own messages (not the template's text) use a new word."""
+    return [ChatText(text, _uses_new(new_tok, msgs, n_old))
+            for text, msgs in render_chats(new_tok, generation_prompt)]
 
 
-@dataclass(frozen=True)
-class ModelKind:
-    """What a checkpoint's transformers class computes, which decides the checks that apply."""
-
-    kind: str | None  # causal, seq2seq, masked, encoder; None: transformers cannot build it
-    class_name: str | None
-    reason: str = ""  # why some checks cannot run
-
-    @property
-    def has_logits(self) -> bool:
-        return self.kind in ("causal", "seq2seq", "masked")
-
-    @property
-    def generates(self) -> bool:
-        return self.kind in ("causal", "seq2seq")
-
-
-def _class_names(mapping: dict) -> dict[str, tuple[str, ...]]:
-    return {mt: (v,) if isinstance(v, str) else tuple(v) for mt, v in mapping.items()}
-
-
-def model_kind(path: str | os.PathLike) -> ModelKind:
-    """The transformers class of a checkpoint and its kind, without loading weights or remote code.
-
-    The class is the first of config.json's `architectures` that transformers has; without one,
-    the first auto mapping (causal, seq2seq, image-text, masked, base) that knows the model type.
-    """
-    _quiet_transformers()
-    import transformers
-    from transformers import AutoConfig
-    from transformers.models.auto import modeling_auto
-
-    try:
-        cfg = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
-    except Exception as e:  # unknown model type, remote code only, broken config
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        return ModelKind(None, None, f"transformers cannot build this model ({first})")
-    table = [(kind, _class_names(getattr(modeling_auto, attr, {}))) for kind, attr in _KIND_MAPPINGS]
-    for arch in [a for a in (getattr(cfg, "architectures", None) or []) if hasattr(transformers, a)]:
-        for kind, names in table:
-            if any(arch in v for v in names.values()):
-                reason = "" if kind != "encoder" else f"{arch} has no language-model head"
-                return ModelKind(kind, arch, reason)
-    for kind, names in table:
-        for name in names.get(cfg.model_type, ()):
-            if hasattr(transformers, name):
-                reason = "" if kind != "encoder" else f"{name} has no language-model head"
-                return ModelKind(kind, name, reason)
-    return ModelKind(None, None, f"transformers has no model class for model type {cfg.model_type!r}")
-
-
-class LoadedModel:
-    """A model loaded for evaluation, with the forward passes the checks need for its kind."""
-
-    def __init__(self, model, kind: ModelKind, missing: list[str] | None = None):
-        self.model, self.kind = model, kind
-        self.missing = missing or []  # weights the checkpoint lacks (randomly initialized)
-        cfg = model.config
-        eos = getattr(cfg, "eos_token_id", None)
-        eos = eos[0] if isinstance(eos, list) else eos
-        self._encoder_ids = [eos if eos is not None else (getattr(cfg, "pad_token_id", None) or 0)]
-
-    @property
-    def device(self):
-        return self.model.get_input_embeddings().weight.device
-
-    @property
-    def dtype(self) -> str:
-        return str(self.model.dtype).replace("torch.", "")
-
-    def prefix(self, tok) -> list[int]:
-        """What each evaluated sequence starts with: the decoder start token (seq2seq), the BOS
-        token, the CLS token (masked LMs), else the encoding of a newline."""
-        if self.kind.kind == "seq2seq":
-            start = getattr(self.model.config, "decoder_start_token_id", None)
-            if start is not None:
-                return [start]
-        for attr in ("bos_token_id", "cls_token_id"):
-            t = getattr(tok, attr, None)
-            if t is not None:
-                return [t]
-        return encode(tok, "\n")
-
-    def _forward(self, x, **kwargs):
-        import torch
-
-        if self.kind.kind == "seq2seq":
-            enc = torch.tensor([self._encoder_ids], device=x.device)
-            return self.model(input_ids=enc, attention_mask=torch.ones_like(enc), decoder_input_ids=x, **kwargs)
-        return self.model(input_ids=x, attention_mask=torch.ones_like(x), **kwargs)
-
-    def logits(self, ids: list[int]):
-        """Float32 logits (len(ids), vocab) of one sequence, on the CPU."""
-        import torch
-
-        x = torch.tensor([ids], device=self.device)
-        extra = {"use_cache": False} if self.kind.generates else {}
-        with torch.inference_mode():
-            return self._forward(x, **extra).logits[0].float().cpu()
-
-    def hidden(self, ids: list[int]):
-        """Float32 last hidden states (len(ids), hidden) of one sequence, on the CPU (encoders)."""
-        import torch
-
-        x = torch.tensor([ids], device=self.device)
-        with torch.inference_mode():
-            return self._forward(x).last_hidden_state[0].float().cpu()
-
-    def sample(self, prompt: list[int], steps: int, gen) -> list[int]:
-        """Seeded ancestral sampling from the full softmax (temperature 1, no top-k)."""
-        import torch
-
-        out: list[int] = []
-        with torch.inference_mode():
-            if self.kind.kind == "seq2seq":  # a few short steps: no cache needed
-                for _ in range(steps):
-                    probs = self.logits(prompt + out)[-1].double().softmax(-1)
-                    out.append(int(torch.multinomial(probs, 1, generator=gen)))
-                return out
-            past, x, seen = None, torch.tensor([prompt], device=self.device), len(prompt)
-            for _ in range(steps):
-                mask = torch.ones((1, seen), dtype=torch.long, device=self.device)
-                r = self.model(input_ids=x, attention_mask=mask, past_key_values=past, use_cache=True)
-                past = r.past_key_values
-                probs = r.logits[0, -1].double().softmax(-1).cpu()
-                nxt = int(torch.multinomial(probs, 1, generator=gen))
-                out.append(nxt)
-                x = torch.tensor([[nxt]], device=self.device)
-                seen += 1
-        return out
-
-
-@contextlib.contextmanager
-def loaded_model(path: str | os.PathLike, device: str = "auto", kind: ModelKind | None = None) -> Iterator[LoadedModel]:
-    """Load a checkpoint for evaluation with its own transformers class, yield it, then free its memory.
-
-    On a GPU the checkpoint's own dtype is kept and accelerate's `device_map="auto"` spreads the
-    model over the GPUs, RAM and disk; on the CPU it runs in float32 (fast and exact there), still
-    through `device_map="auto"` when accelerate is installed, so a model bigger than RAM is
-    offloaded to disk. `trust_remote_code` is never used.
-
-    Raises:
-        InputError: transformers cannot build the checkpoint, or leaves some of its weights
-            uninitialized (its outputs would be random).
-    """
-    _quiet_transformers()
-    import importlib.util
-
-    import torch
-    import transformers
-
-    kind = kind or model_kind(path)
-    if kind.kind is None:
-        raise InputError(f"{path}: {kind.reason}; validation needs a model class known to transformers "
-                         "(remote code is never run). Pass --no-validate to skip the checks")
-    cls = getattr(transformers, kind.class_name)
-    dev = resolve_torch_device(device)
-    kwargs: dict = {"trust_remote_code": False, "dtype": "auto" if dev.startswith("cuda") else torch.float32}
-    with tempfile.TemporaryDirectory(prefix="vocabsurgeon-offload-") as offload:
-        if importlib.util.find_spec("accelerate") is not None:
-            kwargs.update(device_map="auto" if device == "auto" else dev, offload_folder=offload)
-        try:
-            model, info = cls.from_pretrained(str(path), output_loading_info=True, **kwargs)
-        except Exception as e:  # missing weights, out of memory...
-            raise InputError(
-                f"{path}: transformers cannot load it as {kind.class_name} ({type(e).__name__}: {e}); "
-                "Pass --no-validate to skip the checks"
-            ) from None
-        missing = sorted(info.get("missing_keys") or [])
-        if missing:  # e.g. a sentence-transformers body without BERT's pooler: harmless for what is compared
-            logger.warning("%s: the checkpoint does not hold %d weight(s) of %s (e.g. %s); transformers "
-                           "initializes them at random", path, len(missing), kind.class_name, missing[0])
-        if "device_map" not in kwargs and dev != "cpu":
-            model = model.to(dev)
-        model.eval()
-        try:
-            yield LoadedModel(model, kind, missing)
-        finally:
-            del model
-            if torch.cuda.is_available():  # hand the GPU memory back before the next model loads
-                gc.collect()  # (seconds in a big process, so only where it matters)
-                torch.cuda.empty_cache()
-
-
-def context_length(model: LoadedModel) -> int:
-    """Tokens per forward pass: the model's context length, capped at MAX_WINDOW."""
-    config = model.model.config
-    cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
-    n = None
-    for key in ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length"):
-        n = getattr(cfg, key, None)
-        if isinstance(n, int) and n > 0:
-            break
-    return min(MAX_WINDOW, n) if isinstance(n, int) and n > 0 else MAX_WINDOW
-
-
-def encode(tok, text: str) -> list[int]:
-    """Ids of `text` without special tokens (and without the long-sequence warning)."""
-    return list(tok(text, add_special_tokens=False, verbose=False).input_ids)
-
-
-def corpus_windows(ids: list[int], prefix: list[int], length: int, max_tokens: int | None = None) -> list[list[int]]:
-    """Split corpus ids into sequences of at most `length` tokens, each starting with `prefix`,
-    covering at most `max_tokens` corpus tokens (all of them when None)."""
-    step = max(1, length - len(prefix))
-    ids = ids if max_tokens is None else ids[:max_tokens]
-    return [prefix + ids[i:i + step] for i in range(0, len(ids), step)]
-
-
-def kl_per_position(old_logits, new_logits) -> np.ndarray:
-    """KL(p_old || p_new) at each position, float64 with logsumexp; p_new over the full new vocabulary.
-
-    old_logits: (T, n); new_logits: (T, n + k), whose first n columns are the old vocabulary.
-    """
-    lo = old_logits.double()
-    ln = new_logits.double()
-    n = lo.shape[-1]
-    lp_old = lo - lo.logsumexp(-1, keepdim=True)  # (T, n)
-    lp_new = ln[:, :n] - ln.logsumexp(-1, keepdim=True)  # (T, n)
-    kl = (lp_old.exp() * (lp_old - lp_new)).sum(-1)
-    return np.maximum(kl.numpy(), 0.0)  # rounding can give -1e-17 for identical distributions
-
-
-# ---------------------------------------------------------------- the checks
-
-
-def tokenization_check(old_tok, new_tok, text: str, n_old: int, new_ids: list[int]) -> dict:
-    """Invariants of the edited tokenizer, on the corpus and on each new token.
+def tokenization_check(old_tok, new_tok, text: str, n_old: int, new_ids: list[int],
+                       chats: list[ChatText] = ()) -> TokenizationCheck:
+    """Invariants of the edited tokenizer, on the corpus, on chat-template text and on each new token.
 
     Paragraphs without new tokens must keep their ids; every new word must be one token, at a
-    sentence start and after a space; every paragraph must decode as under the original tokenizer.
+    sentence start and after a space; every paragraph must decode as under the original tokenizer;
+    a rendered conversation whose messages use no new word must keep its ids (a template word that
+    became a new token, e.g. `assistant`, changes every chat prompt).
     """
     paragraphs = [p for p in text.split("\n\n") if p.strip()]
     changed, round_trip, with_new = [], [], 0
@@ -431,6 +244,17 @@ def tokenization_check(old_tok, new_tok, text: str, n_old: int, new_ids: list[in
             changed.append(i)
         if new_tok.decode(b) != old_tok.decode(a):
             round_trip.append(i)
+    chat_changed, chat_new = 0, []
+    for c in chats:
+        if c.uses_new_words:
+            continue
+        a, b = encode(old_tok, c.text), encode(new_tok, c.text)
+        if a != b:
+            chat_changed += 1
+            for t in b:
+                form = new_tok.decode([t])
+                if t >= n_old and form not in chat_new:
+                    chat_new.append(form)
     special = set(getattr(new_tok, "all_special_ids", []) or [])
     # Added special tokens (--special) are not in all_special_ids in transformers 5; they stand alone.
     special |= {i for i, t in (getattr(new_tok, "added_tokens_decoder", None) or {}).items() if t.special}
@@ -445,27 +269,29 @@ def tokenization_check(old_tok, new_tok, text: str, n_old: int, new_ids: list[in
         bad = [f for f in forms if len(encode(new_tok, f)) != 1]
         if bad:
             not_one.append({"word": w, "form": bad[0], "ids": encode(new_tok, bad[0])})
-    return {
-        "paragraphs": len(paragraphs),
-        "paragraphs_with_new_tokens": with_new,
-        "old_text_ids_changed": len(changed),
-        "new_words": len(words),
-        "one_token_words": len(words) - len(not_one),
-        "not_one_token": not_one[:20],
-        "round_trip_failures": len(round_trip),
-        "passed": not changed and not not_one and not round_trip,
-    }
+    return TokenizationCheck(
+        paragraphs=len(paragraphs), paragraphs_with_new_tokens=with_new, old_text_ids_changed=len(changed),
+        new_words=len(words), one_token_words=len(words) - len(not_one), not_one_token=not_one[:20],
+        round_trip_failures=len(round_trip), chat_samples=len(chats), chat_ids_changed=chat_changed,
+        chat_new_tokens=chat_new[:20], passed=not changed and not not_one and not round_trip and not chat_changed,
+    )
 
 
-def _bits(model: LoadedModel, seqs: list[list[int]], start: int, n_old: int | None = None) -> tuple[float, float, int]:
+# ---------------------------------------------------------------- what the models compute
+
+
+def _bits(model: LoadedModel, seqs: list[list[int]], start: int, n_old: int | None = None,
+          vocab: int | None = None, progress: Progress | None = None) -> tuple[float, float, int]:
     """Total bits of predicting each token after position `start` of each sequence; also the
-    bits and count of those that are new tokens (id >= n_old)."""
+    bits and count of those that are new tokens (id >= n_old). `vocab`: the softmax over the first
+    `vocab` logits only (the original model's, in one pass)."""
     import torch
 
     total = new_bits = 0.0
     new_count = 0
     for s in seqs:
-        lp = model.logits(s).double().log_softmax(-1)  # (T, vocab)
+        lg = model.logits(s)
+        lp = (lg[:, :vocab] if vocab is not None else lg).double().log_softmax(-1)  # (T, vocab)
         nxt = np.asarray(s[start:])
         rows = torch.arange(start - 1, len(s) - 1)
         bits = -lp[rows, torch.as_tensor(nxt)].numpy() / math.log(2)  # (T - start,)
@@ -474,6 +300,8 @@ def _bits(model: LoadedModel, seqs: list[list[int]], start: int, n_old: int | No
             is_new = nxt >= n_old
             new_bits += float(bits[is_new].sum())
             new_count += int(is_new.sum())
+        if progress:
+            progress.advance(len(s))
     return total, new_bits, new_count
 
 
@@ -498,50 +326,49 @@ def _longest_new_run(ids: list[int], n_old: int) -> int:
 
 
 def sampling_check(model: LoadedModel, old_tok, n_old: int, new_ids: list[int], seed: int, window: int,
-                   max_prompts: int = 4) -> dict:
+                   max_prompts: int = SAMPLED_NEW_WORDS, progress: Progress | None = None) -> SamplingCheck:
     """Seeded samples: the fraction of new tokens after plain prompts, and how often a prompt ending
-    in a new token makes the model repeat it."""
+    in a new token makes the model repeat it. NaN or Inf probabilities give a failing record."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
     prefix = model.prefix(old_tok)
     plain_total = plain_new = 0
-    plain_examples = []
-    for p in PLAIN_PROMPTS:
-        ids = prefix + encode(old_tok, p)
-        steps = max(0, min(SAMPLE_STEPS, window - len(ids)))
-        got = model.sample(ids, steps, gen)
-        plain_total += len(got)
-        plain_new += sum(t >= n_old for t in got)
-        plain_examples.append(got)
     picks = _spread(new_ids, max_prompts)
-    stuck = 0
-    follow = repeat = 0
+    stuck = follow = repeat = 0
     self_probs = []
-    for j, t in enumerate(picks):
-        ids = prefix + encode(old_tok, NEW_WORD_PREFIXES[j % len(NEW_WORD_PREFIXES)]) + [t]
-        steps = max(0, min(SAMPLE_STEPS, window - len(ids)))
-        lg = model.logits(ids).double()
-        self_probs.append(float(lg[-1].softmax(-1)[t]))
-        got = model.sample(ids, steps, gen)
-        seq = [t] + got
-        if _longest_new_run(seq, n_old) >= STUCK_RUN:
-            stuck += 1
-        for a, b in zip(seq, seq[1:]):
-            if a >= n_old:
-                follow += 1
-                repeat += a == b
-    return {
-        "applicable": True,
-        "seed": seed,
-        "prompts": len(PLAIN_PROMPTS),
-        "tokens": plain_total,
-        "new_token_fraction": plain_new / plain_total if plain_total else 0.0,
-        "new_word_prompts": len(picks),
-        "stuck_fraction": stuck / len(picks) if picks else 0.0,
-        "self_repeat_rate": repeat / follow if follow else 0.0,
-        "self_prediction_prob_mean": float(np.mean(self_probs)) if self_probs else 0.0,
-    }
+    try:
+        for p in PLAIN_PROMPTS:
+            ids = prefix + encode(old_tok, p)
+            steps = max(0, min(SAMPLE_STEPS, window - len(ids)))
+            got = model.sample(ids, steps, gen)
+            plain_total += len(got)
+            plain_new += sum(t >= n_old for t in got)
+            if progress:
+                progress.advance(len(ids) + steps)
+        for j, t in enumerate(picks):
+            ids = prefix + encode(old_tok, NEW_WORD_PREFIXES[j % len(NEW_WORD_PREFIXES)]) + [t]
+            steps = max(0, min(SAMPLE_STEPS, window - len(ids)))
+            lg = model.logits(ids).double()
+            self_probs.append(float(lg[-1].softmax(-1)[t]))
+            got = model.sample(ids, steps, gen)
+            seq = [t] + got
+            if _longest_new_run(seq, n_old) >= STUCK_RUN:
+                stuck += 1
+            for a, b in itertools.pairwise(seq):
+                if a >= n_old:
+                    follow += 1
+                    repeat += a == b
+            if progress:
+                progress.advance(2 * len(ids) + steps)
+    except NonFiniteOutput:
+        return SamplingCheck(seed=seed, prompts=len(PLAIN_PROMPTS), new_word_prompts=len(picks), nonfinite=True)
+    return SamplingCheck(
+        seed=seed, prompts=len(PLAIN_PROMPTS), tokens=plain_total,
+        new_token_fraction=plain_new / plain_total if plain_total else 0.0, new_word_prompts=len(picks),
+        stuck_fraction=stuck / len(picks) if picks else 0.0, self_repeat_rate=repeat / follow if follow else 0.0,
+        self_prediction_prob_mean=float(np.mean(self_probs)) if self_probs else 0.0,
+    )
 
 
 def _spread(ids: list[int], m: int) -> list[int]:
@@ -551,18 +378,340 @@ def _spread(ids: list[int], m: int) -> list[int]:
     return [ids[round(i * (len(ids) - 1) / (m - 1))] for i in range(m)] if m > 1 else [ids[0]]
 
 
-def _vocab_rows(path: Path) -> int:
-    """Rows of the output softmax from config.json (text_config when nested)."""
-    from .architectures import text_config
+def _config(path: Path) -> dict:
     from .checkpoint import read_json
 
     cfg_path = path / "config.json"
     if not cfg_path.is_file():
         raise InputError(f"{cfg_path}: missing; pass a Hugging Face checkpoint directory")
-    v = text_config(read_json(cfg_path)).get("vocab_size")
+    return read_json(cfg_path)
+
+
+def _vocab_rows(path: Path) -> int:
+    """Rows of the output softmax from config.json (text_config when nested)."""
+    from .architectures import text_config
+
+    v = text_config(_config(path)).get("vocab_size")
     if not isinstance(v, int) or v < 1:
-        raise InputError(f"{cfg_path}: no integer vocab_size; cannot tell old rows from new ones")
+        raise InputError(f"{path / 'config.json'}: no integer vocab_size; cannot tell old rows from new ones")
     return v
+
+
+# ---------------------------------------------------------------- from the files: finite rows, derived by add
+
+
+def finite_rows(path: Path, rows: int) -> FiniteRowsCheck:
+    """Scan every vocabulary-sized tensor (first dimension `rows`: embeddings, lm_head, biases) of
+    the checkpoint for rows holding NaN or Inf, streaming from the files."""
+    from .checkpoint import Checkpoint
+
+    ckpt = Checkpoint.open(path)
+    try:
+        names = [t.name for t in ckpt.tensors.values() if t.shape and t.shape[0] == rows
+                 and t.dtype in ("F16", "BF16", "F32", "F64")]
+        bad: dict[str, list[int]] = {}
+        count = 0
+        for name in names:
+            start = 0
+            for chunk in ckpt.stream_rows(name):  # (r, row_size), valid until the next chunk
+                ok = np.isfinite(chunk).all(axis=1) if chunk.ndim == 2 else np.isfinite(chunk)
+                if not ok.all():
+                    ids = (np.flatnonzero(~ok) + start).tolist()
+                    count += len(ids)
+                    listed = bad.setdefault(name, [])
+                    listed.extend(ids[:MAX_LISTED_ROWS - len(listed)])
+                start += len(chunk)
+    finally:
+        ckpt.close()
+    return FiniteRowsCheck(tensors=names, nonfinite_rows=bad, nonfinite_count=count)
+
+
+class Relation(NamedTuple):
+    """Whether `new` came from `base` by `add` (so one forward pass of `new` gives both models' outputs), and why not."""
+
+    derived: bool
+    reason: str
+
+
+def _without_vocab_size(cfg: dict) -> dict:
+    cfg = {k: v for k, v in cfg.items() if k not in ("vocab_size", "transformers_version")}
+    if isinstance(cfg.get("text_config"), dict):
+        cfg["text_config"] = _without_vocab_size(cfg["text_config"])
+    return cfg
+
+
+def derived_by_add(base: str | os.PathLike, new: str | os.PathLike) -> Relation:
+    """Check from the files, without loading a model, that `new` is `base` with rows appended.
+
+    True when the configs are equal but for the vocabulary size, `new` has the same tensors as
+    `base` with the same dtypes, every tensor that did not grow is byte-identical, and every grown
+    tensor (more rows, same row shape) starts with the base's bytes. Then the new model computes
+    the base model's hidden states on old ids, and its first n logits are the base model's.
+    """
+    from .checkpoint import Checkpoint, same_bytes
+
+    base, new = Path(base), Path(new)
+    if _without_vocab_size(_config(base)) != _without_vocab_size(_config(new)):
+        return Relation(False, "the configs differ in more than the vocabulary size")
+    a, b = Checkpoint.open(base), Checkpoint.open(new)
+    try:
+        if set(a.tensors) != set(b.tensors):
+            diff = sorted(set(a.tensors) ^ set(b.tensors))
+            return Relation(False, f"the tensors differ (e.g. '{diff[0]}')")
+        for name, ta in a.tensors.items():
+            tb = b.tensors[name]
+            if ta.dtype != tb.dtype or ta.shape[1:] != tb.shape[1:] or (ta.shape and tb.shape[0] < ta.shape[0]):
+                return Relation(False, f"tensor '{name}' changed dtype or shape")
+            fa, fb = base / ta.file, new / tb.file
+            if fa.exists() and fb.exists() and os.path.samefile(fa, fb):
+                continue  # a hard link (add --link): the same bytes
+            if not same_bytes(fa, ta.start, fb, tb.start, ta.nbytes):
+                return Relation(False, f"tensor '{name}' differs from the original's"
+                                + (" in its old rows" if tb.shape != ta.shape else ""))
+    finally:
+        a.close()
+        b.close()
+    return Relation(True, "every other tensor is byte-identical and the old rows are bit-identical")
+
+
+# ---------------------------------------------------------------- running the models
+
+
+@dataclass
+class _Inputs:
+    """What the passes run, from the tokenizers: corpus ids, chat texts and prompts, usability paragraphs."""
+
+    corpus_ids: list[int]
+    chat_old: list[list[int]]  # the rendered conversations, original tokenizer
+    prompts_old: list[list[int]]  # chat prompts, original tokenizer (what the original model is asked)
+    prompts_new: list[list[int]]  # the same prompts, new tokenizer (what the expanded model is asked)
+    usable: list[str]  # corpus paragraphs that use new words
+    n: int
+    rows_new: int
+    new_token_ids: list[int]
+    seed: int
+    max_tokens: int
+    stop: set[int]  # greedy answers end at these ids (end of sequence)
+
+
+@dataclass
+class _Measured:
+    """What running the model(s) measured; None where the kind of model does not allow it."""
+
+    kl: np.ndarray | None = None  # KL(p_old || p_new) per corpus position
+    kl_chat: np.ndarray | None = None  # the same on the chat-template conversations
+    what: str | None = None  # "logits" or "hidden states": the old outputs that must not move
+    max_diff: float = 0.0  # max |new - old| of those outputs (two-pass)
+    max_out: float = 0.0  # max |old output|, the scale of the tolerance
+    sampling: SamplingCheck | None = None
+    greedy_base: list[list[int]] | None = None  # the original model's greedy answers to the chat prompts
+    greedy_new: list[list[int]] | None = None  # the expanded model's
+    old_bits: tuple = (0.0, 0.0, 0)
+    new_bits: tuple = (0.0, 0.0, 0)
+    dtype: str | None = None
+    device: str | None = None
+    missing: list[str] = field(default_factory=list)  # weights the checkpoint lacks, random at load
+
+
+class _Windows(NamedTuple):
+    prefix: list[int]
+    window: int
+    corpus: list[list[int]]
+    chat: list[list[int]]
+    usable_old: list[list[int]]
+    usable_new: list[list[int]]
+
+
+def _windows(model: LoadedModel, inp: _Inputs, old_tok, new_tok) -> _Windows:
+    prefix, window = model.prefix(old_tok), context_length(model)
+    usable_old = [w for p in inp.usable for w in corpus_windows(encode(old_tok, p), prefix, window)]
+    usable_new = [w for p in inp.usable for w in corpus_windows(encode(new_tok, p), prefix, window)]
+    return _Windows(prefix, window, corpus_windows(inp.corpus_ids, prefix, window, inp.max_tokens),
+                    [c[:window] for c in inp.chat_old], usable_old, usable_new)
+
+
+def _work(w: _Windows, inp: _Inputs, kind: ModelKind, passes: int, old_tok) -> int:
+    """Tokens through a model in the whole run: the units of the progress bar."""
+    units = passes * sum(map(len, w.corpus + (w.chat if kind.has_logits else [])))
+    if kind.generates:
+        units += sum(map(len, w.usable_old + w.usable_new))
+        for p in PLAIN_PROMPTS:  # as sampling_check counts them
+            ids = len(w.prefix) + len(encode(old_tok, p))
+            units += ids + max(0, min(SAMPLE_STEPS, w.window - ids))
+        for j, _ in enumerate(_spread(inp.new_token_ids, SAMPLED_NEW_WORDS)):
+            ids = len(w.prefix) + len(encode(old_tok, NEW_WORD_PREFIXES[j % len(NEW_WORD_PREFIXES)])) + 1
+            units += 2 * ids + max(0, min(SAMPLE_STEPS, w.window - ids))
+        units += sum(len(p) + GREEDY_STEPS for p in inp.prompts_old + inp.prompts_new)
+    return units
+
+
+def _outputs(model: LoadedModel, seqs: list[list[int]], kind: ModelKind, progress: Progress):
+    forward = model.logits if kind.has_logits else model.hidden
+    for s in seqs:
+        out = forward(s)  # (T, vocab) logits or (T, hidden) states
+        progress.advance(len(s))
+        yield out
+
+
+def _greedy(model: LoadedModel, prompts: list[list[int]], inp: _Inputs, progress: Progress,
+            vocab: int | None = None) -> list[list[int]]:
+    out = []
+    for p in prompts:
+        out.append(model.greedy(p, GREEDY_STEPS, vocab=vocab, stop=inp.stop))
+        progress.advance(len(p) + GREEDY_STEPS)
+    return out
+
+
+def _check_rows(got: int, want: int, path: Path) -> None:
+    if got != want:
+        raise InputError(f"{path}: the model has {got} output rows but config says {want}")
+
+
+def _one_pass(new: Path, kind: ModelKind, device: str, inp: _Inputs, old_tok, new_tok,
+              progress: Progress) -> _Measured:
+    """Run only the expanded model: the original's logits are the first n columns of its logits."""
+    n = inp.n
+    m = _Measured(what="logits" if kind.has_logits else "hidden states")
+    progress.stage(f"expanded model ({new}), one pass")
+    with loaded_model(new, device, kind) as model:
+        w = _windows(model, inp, old_tok, new_tok)
+        progress.total(_work(w, inp, kind, 1, old_tok))
+        m.dtype, m.device, m.missing = model.dtype, str(model.device), model.missing
+        if kind.has_logits:
+            kls = []
+            for ln in _outputs(model, w.corpus, kind, progress):
+                _check_rows(ln.shape[-1], inp.rows_new, new)
+                kls.append(kl_per_position(ln[:, :n], ln))
+            m.kl = np.concatenate(kls) if kls else np.zeros(0)
+            chat = [kl_per_position(ln[:, :n], ln) for ln in _outputs(model, w.chat, kind, progress)]
+            m.kl_chat = np.concatenate(chat) if chat else None
+        else:  # no LM head: the hidden states are the original's by construction; run them all the same
+            for _ in _outputs(model, w.corpus, kind, progress):
+                pass
+        if kind.generates:
+            progress.stage("sampling")
+            m.sampling = sampling_check(model, old_tok, n, inp.new_token_ids, inp.seed, w.window, progress=progress)
+            if inp.prompts_old:
+                progress.stage("chat greedy answers")
+                m.greedy_base = _greedy(model, inp.prompts_old, inp, progress, vocab=n)
+                m.greedy_new = _greedy(model, inp.prompts_new, inp, progress)
+            m.old_bits = _bits(model, w.usable_old, len(w.prefix), vocab=n, progress=progress)
+            m.new_bits = _bits(model, w.usable_new, len(w.prefix), n, progress=progress)
+    return m
+
+
+def _two_pass(base: Path, new: Path, kind: ModelKind, device: str, inp: _Inputs, old_tok, new_tok,
+              progress: Progress) -> _Measured:
+    """Run the original model, then the expanded one, on the same ids; compare what applies to `kind`."""
+    n = inp.n
+    m = _Measured(what="logits" if kind.has_logits else "hidden states")
+    progress.stage(f"original model ({base})")
+    with loaded_model(base, device, kind) as model:
+        w = _windows(model, inp, old_tok, new_tok)
+        progress.total(_work(w, inp, kind, 2, old_tok))
+        old_out = list(_outputs(model, w.corpus, kind, progress))
+        old_chat = list(_outputs(model, w.chat, kind, progress)) if kind.has_logits else []
+        m.dtype, m.device, m.missing = model.dtype, str(model.device), model.missing
+        if kind.has_logits and old_out:
+            _check_rows(old_out[0].shape[-1], n, base)
+        if kind.generates:
+            m.greedy_base = _greedy(model, inp.prompts_old, inp, progress)
+            m.old_bits = _bits(model, w.usable_old, len(w.prefix), progress=progress)
+
+    progress.stage(f"expanded model ({new})")
+    with loaded_model(new, device, kind) as model:
+        kls = []
+        for lo, ln in zip(old_out, _outputs(model, w.corpus, kind, progress)):
+            if kind.has_logits:
+                _check_rows(ln.shape[-1], inp.rows_new, new)
+                kls.append(kl_per_position(lo, ln))
+                ln = ln[:, :n]
+            m.max_diff = max(m.max_diff, float((ln - lo).abs().max()))
+            m.max_out = max(m.max_out, float(lo.abs().max()))
+        if kind.has_logits:
+            m.kl = np.concatenate(kls) if kls else np.zeros(0)
+            chat = [kl_per_position(lo, ln) for lo, ln in zip(old_chat, _outputs(model, w.chat, kind, progress))]
+            m.kl_chat = np.concatenate(chat) if chat else None
+        if kind.generates:
+            progress.stage("sampling")
+            m.sampling = sampling_check(model, old_tok, n, inp.new_token_ids, inp.seed, w.window, progress=progress)
+            if inp.prompts_new:
+                progress.stage("chat greedy answers")
+                m.greedy_new = _greedy(model, inp.prompts_new, inp, progress)
+            m.new_bits = _bits(model, w.usable_new, len(w.prefix), n, progress=progress)
+    return m
+
+
+def _greedy_check(m: _Measured, inp: _Inputs, old_tok, new_tok, reason: str) -> GreedyChatCheck:
+    if m.greedy_base is None or m.greedy_new is None:
+        return GreedyChatCheck(applicable=False, reason=reason)
+    compared = differing = 0
+    examples = []
+    for i, (a, b) in enumerate(zip(m.greedy_base, m.greedy_new)):
+        base_text, new_text = old_tok.decode(a), new_tok.decode(b)
+        if any(t >= inp.n for t in encode(new_tok, base_text)):
+            continue  # the original's answer uses a new word: the expanded model may rightly say it another way
+        compared += 1
+        if base_text != new_text:
+            differing += 1
+            examples.append({"prompt": i, "base": base_text, "new": new_text})
+    return GreedyChatCheck(prompts=len(m.greedy_base), compared=compared, differing=differing, steps=GREEDY_STEPS,
+                           examples=examples[:3])
+
+
+def _usability(usable: list[str], m: _Measured, ran: bool) -> UsabilityCheck:
+    if not ran or not usable:
+        return UsabilityCheck(applicable=False, measured_model=ran,
+                              reason="the corpus contains none of the new words; pass --corpus with text that "
+                                     "uses them" if ran else "the model does not generate text")
+    nbytes = sum(len(p.encode("utf-8")) for p in usable)
+    return UsabilityCheck(
+        paragraphs=len(usable), bytes=nbytes, bpb_old=m.old_bits[0] / nbytes, bpb_new=m.new_bits[0] / nbytes,
+        new_tokens_seen=m.new_bits[2], new_token_bits_mean=m.new_bits[1] / m.new_bits[2] if m.new_bits[2] else None,
+        measured_model=True,
+    )
+
+
+class Estimate(NamedTuple):
+    """The up-front cost of a validation run, said before it starts (the progress bar refines it)."""
+
+    params: int
+    tokens: int
+    seconds: float
+
+    def describe(self) -> str:
+        secs = self.seconds
+        when = f"{secs:.0f} s" if secs < 90 else f"{secs / 60:.0f} min"
+        size = f"{self.params / 1e9:.1f}B" if self.params >= 1e9 else (
+            f"{self.params / 1e6:.0f}M" if self.params >= 1e6 else f"{self.params / 1e3:.0f}K")
+        return f"about {self.tokens:,} tokens through a {size}-parameter model, roughly {when}"
+
+
+def estimate(path: Path, tokens: int, device: str) -> Estimate:
+    """Seconds to load and run `tokens` through the model at `path`, from its parameter count (no load)."""
+    from .checkpoint import Checkpoint
+
+    ckpt = Checkpoint.open(path)
+    params = sum(math.prod(t.shape) for t in ckpt.tensors.values())
+    nbytes = ckpt.total_size
+    ckpt.close()
+    flops = GPU_FLOPS if device.startswith("cuda") else CPU_FLOPS
+    load = nbytes / 400e6  # read and widen to float32, about 400 MB/s
+    return Estimate(params, tokens, load + 2.0 * params * tokens / flops)
+
+
+def _skipped(kind: ModelKind) -> list[str]:
+    """The checks that cannot run for this kind of model, each with the reason."""
+    why = kind.reason
+    if kind.kind is None:
+        return [f"model checks skipped (KL, old logits, sampling, usability): {why}"]
+    if kind.kind == "encoder":
+        return [(f"KL, sampling and usability skipped: {why}; checked that the hidden states of old text "
+                "are unchanged instead")]
+    if kind.kind == "masked":
+        return [(f"sampling and usability skipped: {kind.class_name} is a masked language model and does not "
+                "generate text")]
+    return []
 
 
 def validate_checkpoint(
@@ -576,7 +725,8 @@ def validate_checkpoint(
     seed: int = 0,
     device: str = "auto",
     plot: str | os.PathLike | None = None,
-    progress: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
+    method: str = "auto",
     revision: str | None = None,
     token: str | None = None,
 ) -> dict:
@@ -594,30 +744,39 @@ def validate_checkpoint(
         seed: seed of the sampling check (same seed, same samples).
         device: "auto" (a GPU when present), "cpu" or "cuda".
         plot: write a histogram of per-position KL there (needs matplotlib).
-        progress: called with a short description of each stage.
+        progress: callbacks for stages and work done (`runtime.Progress`); none by default.
+        method: "auto" (one pass when `new` was derived from `base` by add, else two), "one-pass"
+            (refused when not derived) or "two-pass" (both models, always).
         revision: the Hub revision of whichever of `base` and `new` is a repo id (of both when both
             are); refused when both are local directories.
         token: the Hub token (None: HF_TOKEN or the stored login).
 
     Returns:
-        A dict: `passed`, `failures` (why not, in words), `kl` (mean, p99, max, bound, ...),
-        `old_logits`, `sampling`, `tokenization`, `usability`, `thresholds`, `sources` (repo id,
-        revision and commit of each checkpoint from the Hub). See README.md.
+        A dict: `passed`, `failures` (why not, in words), `method` ("one-pass" or "two-pass") and
+        `method_reason`, one entry per check (`finite`, `kl`, `kl_chat`, `old_logits`, `sampling`,
+        `greedy_chat`, `tokenization`, `usability`; see `checks.py`), `thresholds`, `sources`
+        (repo id, revision and commit of each checkpoint from the Hub). See README.md.
 
     Raises:
-        InputError: a checkpoint or the corpus cannot be used, or a repo id cannot be pulled.
+        InputError: a checkpoint, an option or the corpus cannot be used, or a repo id cannot be pulled.
 
     Example:
         >>> r = validate_checkpoint("ckpt/", "out/", max_tokens=512)  # doctest: +SKIP
-        >>> r["passed"], r["kl"]["mean"] <= r["kl"]["bound"]  # doctest: +SKIP
-        (True, True)
+        >>> r["passed"], r["method"], r["kl"]["mean"] <= r["kl"]["bound"]  # doctest: +SKIP
+        (True, 'one-pass', True)
     """
     th = thresholds or Thresholds()
-    say = progress or (lambda s: None)
-    if max_tokens < 1:
-        raise InputError("--max-tokens must be a positive integer")
-    if plot is not None:
-        require_plot()
+    outer = progress or Progress()
+    marks: list[tuple[str, float]] = []  # (stage, start): the report's `seconds`
+
+    def stage(text: str) -> None:
+        marks.append((text.split(" (")[0].split(":")[0], time.perf_counter()))
+        outer.stage(text)
+
+    progress = Progress(stage=stage, total=outer.total, advance=outer.advance)
+    check_options(thresholds=th, device=device, max_tokens=max_tokens, plot=plot)
+    if method not in ("auto", "one-pass", "two-pass"):
+        raise InputError(f"method {method!r} is not one of auto, one-pass, two-pass")
     sources = dict(zip(("base", "new"), resolve_checkpoints([base, new], revision=revision, token=token)))
     names = {key: s.name for key, s in sources.items()}  # the repo id, else the directory
     base, new = sources["base"].path, sources["new"].path
@@ -629,214 +788,110 @@ def validate_checkpoint(
             "first and the expanded checkpoint second"
         )
     text, corpus_name = read_corpus(corpus)
-    say("tokenizers")
+    progress.stage("tokenizers")
     old_tok, new_tok = load_tokenizer(base), load_tokenizer(new)
     if new_token_ids is None:
         new_token_ids = sorted(i for i in new_tok.get_vocab().values() if i >= n)
     new_token_ids = [i for i in new_token_ids if n <= i < rows_new]
-    tokenization = tokenization_check(old_tok, new_tok, text, n, new_token_ids)
-    corpus_ids = encode(old_tok, text)
-    usable = _usability_texts(text, new_tok, n, max_tokens)
+    chats = chat_texts(new_tok, n)
+    prompts = [c for c in chat_texts(new_tok, n, generation_prompt=True) if not c.uses_new_words]
+    tokenization = tokenization_check(old_tok, new_tok, text, n, new_token_ids, chats)
+    inp = _Inputs(
+        corpus_ids=encode(old_tok, text), chat_old=[encode(old_tok, c.text) for c in chats],
+        prompts_old=[encode(old_tok, c.text) for c in prompts], prompts_new=[encode(new_tok, c.text) for c in prompts],
+        usable=_usability_texts(text, new_tok, n, max_tokens), n=n, rows_new=rows_new, new_token_ids=new_token_ids,
+        seed=seed, max_tokens=max_tokens, stop={t for t in (old_tok.eos_token_id,) if t is not None},
+    )
     kind = model_kind(base)
     bound = kl_bound(k, n)
-    m = _ModelFigures()
-    if kind.kind is not None:
-        m = _run_models(base, new, kind, device, old_tok, new_tok, corpus_ids, usable, n, rows_new,
-                        new_token_ids, seed, max_tokens, say)
+    lim_mean, lim_p99 = max(th.max_kl_mean, bound), max(th.max_kl_p99, bound)
+
+    progress.stage("finite rows")
+    finite = finite_rows(new, rows_new)
+    ran = kind.kind is not None and not finite.nonfinite_count
+    if method == "two-pass":
+        relation = Relation(False, "two-pass was asked for")
+    elif ran or method == "one-pass":  # reads both checkpoints: only when a model will run
+        relation = derived_by_add(base, new)
+    else:
+        relation = Relation(False, "no model was run")
+    if method == "one-pass" and not relation.derived:
+        raise InputError(f"{names['new']}: one-pass validation needs a checkpoint made from {names['base']} by add, "
+                         f"but {relation.reason}; use the two-pass method")
+    used = "one-pass" if relation.derived else "two-pass"
     skipped = _skipped(kind)
+    m = _Measured()
+    if finite.nonfinite_count:
+        skipped.append(f"model checks not run: {finite.nonfinite_count} row(s) hold NaN or Inf")
+    if ran:
+        passes = 1 if relation.derived else 2
+        tokens = passes * (min(max_tokens, len(inp.corpus_ids)) + sum(map(len, inp.chat_old))) + 600
+        progress.stage(f"{used} ({relation.reason}): {estimate(new, tokens, device).describe()}")
+        if relation.derived:
+            m = _one_pass(new, kind, device, inp, old_tok, new_tok, progress)
+        else:
+            m = _two_pass(base, new, kind, device, inp, old_tok, new_tok, progress)
     for what in skipped:
         logger.warning("%s: %s", new, what)
 
-    kl = m.kl
-    lim_mean, lim_p99 = max(th.max_kl_mean, bound), max(th.max_kl_p99, bound)
     tol_rel = th.old_logits_tolerance
     if tol_rel is None:
         tol_rel = 1e-2 if m.dtype in ("bfloat16", "float16") else 1e-4
-    tol = tol_rel * max(1.0, m.max_out)
-    na = {"applicable": False, "reason": kind.reason}
+    reason = kind.reason or (skipped[-1] if skipped else "")
+    no_chat = "the tokenizer has no chat template" if not chats else reason
+    checks: list[Check] = [
+        finite,
+        KLCheck.measure(m.kl, bound, lim_mean, lim_p99) if m.kl is not None else KLCheck(
+            applicable=False, reason=reason, bound=bound, limit_mean=lim_mean, limit_p99=lim_p99),
+        ChatKLCheck.measure(m.kl_chat, bound, lim_mean, lim_p99, samples=len(chats)) if m.kl_chat is not None
+        else ChatKLCheck(applicable=False, reason=no_chat if ran else reason, bound=bound, limit_mean=lim_mean,
+                         limit_p99=lim_p99),
+        OldOutputsCheck(applicable=False, reason=reason) if not ran else OldOutputsCheck(
+            what=m.what, unchanged=True, max_abs_diff=0.0, tolerance=tol_rel, how="files", missing_weights=m.missing)
+        if relation.derived else OldOutputsCheck(
+            what=m.what, unchanged=m.max_diff <= tol_rel * max(1.0, m.max_out), max_abs_diff=m.max_diff,
+            tolerance=tol_rel * max(1.0, m.max_out), missing_weights=m.missing),
+        SamplingCheck(**{**asdict(m.sampling), "limit_new_token_fraction": th.max_new_token_fraction,
+                         "limit_stuck_fraction": th.max_stuck_fraction}) if m.sampling else SamplingCheck(
+            applicable=False, reason=reason, limit_new_token_fraction=th.max_new_token_fraction,
+            limit_stuck_fraction=th.max_stuck_fraction),
+        _greedy_check(m, inp, old_tok, new_tok, no_chat if ran else reason),
+        tokenization,
+        _usability(inp.usable, m, ran and kind.generates),
+    ]
+    fails = failures(checks)
     report = {
-        "passed": False,
-        "failures": [],
+        "passed": not fails,
+        "failures": fails,
         "complete": not skipped,
         "skipped": skipped,
+        "method": used if ran else None,
+        "method_reason": relation.reason,
         **names,
         "sources": {key: s.to_dict() for key, s in sources.items()},
         "model": {"kind": kind.kind, "class": kind.class_name, "missing_weights": m.missing},
-        "corpus": {"name": corpus_name, "bytes": len(text.encode("utf-8")), "tokens": len(corpus_ids),
-                   "positions": int(kl.size) if kl is not None else 0},
+        "corpus": {"name": corpus_name, "bytes": len(text.encode("utf-8")), "tokens": len(inp.corpus_ids),
+                   "positions": int(m.kl.size) if m.kl is not None else 0, "chat_samples": len(chats)},
         "device": m.device,
         "dtype": m.dtype,
         "vocab": {"old_rows": n, "new_rows": rows_new, "k": k, "new_tokens": len(new_token_ids)},
-        "kl": {**na, "mean": None, "p99": None, "max": None, "bound": bound, "within_bound": None, "positions": 0,
-               "limit_mean": lim_mean, "limit_p99": lim_p99} if kl is None else {
-            "applicable": True,
-            "mean": float(kl.mean()) if kl.size else 0.0,
-            "p99": float(np.quantile(kl, 0.99)) if kl.size else 0.0,
-            "max": float(kl.max()) if kl.size else 0.0,
-            "bound": bound,
-            "within_bound": bool(kl.size == 0 or kl.max() <= bound * (1 + 1e-6) + 1e-12),
-            "positions": int(kl.size),
-            "limit_mean": lim_mean,
-            "limit_p99": lim_p99,
-        },
-        "old_logits": {**na, "what": None, "unchanged": None, "max_abs_diff": None, "tolerance": None}
-        if m.what is None else {"applicable": True, "what": m.what, "unchanged": m.max_diff <= tol,
-                                "max_abs_diff": m.max_diff, "tolerance": tol},
-        "sampling": {**(m.sampling or {**na, "new_token_fraction": None, "stuck_fraction": None}),
-                     "limit_new_token_fraction": th.max_new_token_fraction,
-                     "limit_stuck_fraction": th.max_stuck_fraction},
-        "tokenization": tokenization,
-        "usability": _usability_report(usable, m.old_bits, m.new_bits) if m.sampling else {
-            **na, "paragraphs": 0, "bytes": 0, "bpb_old": None, "bpb_new": None, "new_tokens_seen": 0,
-            "new_token_bits_mean": None},
+        **{c.KEY: c.to_dict() for c in checks},
         "thresholds": asdict(th),
     }
-    report["failures"] = _failures(report)
-    report["passed"] = not report["failures"]
-    if plot is not None and kl is not None:
-        write_kl_plot(kl, bound, plot, title=f"{Path(names['new']).name}: KL per position ({kl.size} positions)")
+    ends = [t for _, t in marks[1:]] + [time.perf_counter()]
+    report["seconds"] = {name: round(end - start, 3) for (name, start), end in zip(marks, ends)}
+    if plot is not None and m.kl is not None:
+        write_kl_plot(m.kl, bound, plot, title=f"{Path(names['new']).name}: KL per position ({m.kl.size} positions)")
         report["plot"] = str(plot)
-    logger.info("validation of %s: %s", new, "passed" if report["passed"] else "; ".join(report["failures"]))
+    logger.info("validation of %s (%s): %s", new, used, "passed" if report["passed"] else "; ".join(fails))
     return report
-
-
-def _skipped(kind: ModelKind) -> list[str]:
-    """The checks that cannot run for this kind of model, each with the reason."""
-    why = kind.reason
-    if kind.kind is None:
-        return [f"model checks skipped (KL, old logits, sampling, usability): {why}"]
-    if kind.kind == "encoder":
-        return [f"KL, sampling and usability skipped: {why}; checked that the hidden states of old text "
-                "are unchanged instead"]
-    if kind.kind == "masked":
-        return [f"sampling and usability skipped: {kind.class_name} is a masked language model and does not "
-                "generate text"]
-    return []
-
-
-@dataclass
-class _ModelFigures:
-    """What running the two models measured; None where the kind of model does not allow it."""
-
-    kl: np.ndarray | None = None  # KL(p_old || p_new) per position
-    what: str | None = None  # "logits" or "hidden states": the old outputs that must not move
-    max_diff: float = 0.0  # max |new - old| of those outputs
-    max_out: float = 0.0  # max |old output|, the scale of the tolerance
-    sampling: dict | None = None
-    old_bits: tuple = (0.0, 0.0, 0)
-    new_bits: tuple = (0.0, 0.0, 0)
-    dtype: str | None = None
-    device: str | None = None
-    missing: list[str] = field(default_factory=list)  # weights the checkpoint lacks, random in both loads
-
-
-def _run_models(base: Path, new: Path, kind: ModelKind, device: str, old_tok, new_tok, corpus_ids: list[int],
-                usable: list[str], n: int, rows_new: int, new_token_ids: list[int], seed: int, max_tokens: int,
-                say) -> _ModelFigures:
-    """Run the original model, then the expanded one, on the same inputs; compare what applies to `kind`."""
-    m = _ModelFigures(what="logits" if kind.has_logits else "hidden states")
-    say(f"original model ({base})")
-    with loaded_model(base, device, kind) as model:
-        prefix, window = model.prefix(old_tok), context_length(model)
-        seqs = corpus_windows(corpus_ids, prefix, window, max_tokens)
-        forward = model.logits if kind.has_logits else model.hidden
-        old_out = [forward(s) for s in seqs]  # (T, n) logits or (T, hidden) states per window
-        m.dtype, m.device, m.missing = model.dtype, str(model.device), model.missing
-        if kind.has_logits and old_out and old_out[0].shape[-1] != n:
-            raise InputError(f"{base}: the model has {old_out[0].shape[-1]} output rows but config says {n}")
-        if kind.generates:
-            m.old_bits = _bits(model, [w for p in usable for w in corpus_windows(
-                encode(old_tok, p), prefix, window)], len(prefix))
-
-    say(f"expanded model ({new})")
-    with loaded_model(new, device, kind) as model:
-        forward = model.logits if kind.has_logits else model.hidden
-        kls = []
-        for s, lo in zip(seqs, old_out):
-            ln = forward(s)
-            if kind.has_logits:
-                if ln.shape[-1] != rows_new:
-                    raise InputError(f"{new}: the model has {ln.shape[-1]} output rows but config says {rows_new}")
-                kls.append(kl_per_position(lo, ln))
-                ln = ln[:, :n]
-            m.max_diff = max(m.max_diff, float((ln - lo).abs().max()))
-            m.max_out = max(m.max_out, float(lo.abs().max()))
-        if kind.has_logits:
-            m.kl = np.concatenate(kls) if kls else np.zeros(0)
-        if kind.generates:
-            say("sampling")
-            m.sampling = sampling_check(model, old_tok, n, new_token_ids, seed, window)
-            m.new_bits = _bits(model, [w for p in usable for w in corpus_windows(
-                encode(new_tok, p), prefix, window)], len(prefix), n)
-    return m
-
-
-def _usability_report(usable: list[str], old_bits: tuple, new_bits: tuple) -> dict:
-    if not usable:
-        return {"applicable": False, "reason": "the corpus contains none of the new words; pass --corpus with "
-                "text that uses them", "paragraphs": 0, "bytes": 0, "bpb_old": None, "bpb_new": None,
-                "new_tokens_seen": 0, "new_token_bits_mean": None}
-    nbytes = sum(len(p.encode("utf-8")) for p in usable)
-    return {
-        "applicable": True,
-        "paragraphs": len(usable),
-        "bytes": nbytes,
-        "bpb_old": old_bits[0] / nbytes,  # original model, original tokenization
-        "bpb_new": new_bits[0] / nbytes,  # expanded model, new tokenization
-        "new_tokens_seen": new_bits[2],
-        "new_token_bits_mean": new_bits[1] / new_bits[2] if new_bits[2] else None,
-    }
-
-
-def _failures(r: dict) -> list[str]:
-    out = []
-    kl, s, o = r["kl"], r["sampling"], r["old_logits"]
-    if kl["applicable"] and kl["mean"] > kl["limit_mean"]:
-        out.append(f"mean KL {kl['mean']:.4g} nats is over the limit {kl['limit_mean']:.4g} (--max-kl-mean)")
-    if kl["applicable"] and kl["p99"] > kl["limit_p99"]:
-        out.append(f"p99 KL {kl['p99']:.4g} nats is over the limit {kl['limit_p99']:.4g} (--max-kl-p99)")
-    if o["applicable"] and not o["unchanged"]:
-        what = "old-vocabulary logits" if o["what"] == "logits" else "hidden states of old text"
-        out.append(f"{what} changed by up to {o['max_abs_diff']:.4g} (tolerance {o['tolerance']:.3g})"
-                   + (f"; the checkpoint lacks {len(r['model']['missing_weights'])} weight(s) that transformers "
-                      f"initializes at random, e.g. {r['model']['missing_weights'][0]!r}"
-                      if r["model"]["missing_weights"] else ""))
-    if s["applicable"] and s["new_token_fraction"] > s["limit_new_token_fraction"]:
-        out.append(f"{s['new_token_fraction']:.0%} of tokens sampled after prompts without new words are new "
-                   f"tokens (limit {s['limit_new_token_fraction']:.0%}, --max-new-token-fraction)")
-    if s["applicable"] and s["stuck_fraction"] > s["limit_stuck_fraction"]:
-        out.append(f"the model repeats a new token after {s['stuck_fraction']:.0%} of prompts ending in one "
-                   f"(limit {s['limit_stuck_fraction']:.0%}, --max-stuck-fraction)")
-    t = r["tokenization"]
-    if t["old_text_ids_changed"]:
-        out.append(f"{t['old_text_ids_changed']} corpus paragraph(s) without new words tokenize differently")
-    if t["not_one_token"]:
-        out.append(f"{len(t['not_one_token'])} new word(s) are not one token, e.g. {t['not_one_token'][0]['form']!r}")
-    if t["round_trip_failures"]:
-        out.append(f"{t['round_trip_failures']} corpus paragraph(s) decode differently from the original tokenizer")
-    return out
 
 
 def summary_lines(report: dict) -> list[str]:
     """The report in a few human-readable lines (what the CLI prints on stderr)."""
-    kl, s, t, u, o = (report[key] for key in ("kl", "sampling", "tokenization", "usability", "old_logits"))
-    lines = []
-    if kl["applicable"]:
-        lines.append(f"KL(p_old || p_new) over {kl['positions']} positions: mean {kl['mean']:.3g}, "
-                     f"p99 {kl['p99']:.3g}, max {kl['max']:.3g} nats (mean-init bound {kl['bound']:.3g})")
-    if o["applicable"]:
-        what = "old-vocabulary logits" if o["what"] == "logits" else "hidden states of old text"
-        lines.append(f"{what} {'unchanged' if o['unchanged'] else 'CHANGED'} (max diff {o['max_abs_diff']:.3g})")
-    if s["applicable"]:
-        lines.append(f"sampling: {s['new_token_fraction']:.1%} new tokens after plain prompts; stuck on a new "
-                     f"token after {s['stuck_fraction']:.0%} of {s['new_word_prompts']} prompts")
-    lines.append(f"tokenization: {t['one_token_words']}/{t['new_words']} new words one token, "
-                 f"{t['old_text_ids_changed']} old paragraphs changed, {t['round_trip_failures']} round-trip failures")
-    if u["applicable"]:
-        lines.append(f"usability on {u['bytes']} bytes with new words: {u['bpb_new']:.3f} bits/byte "
-                     f"(original: {u['bpb_old']:.3f}); new tokens cost {u['new_token_bits_mean'] or 0:.2f} bits each")
-    elif s["applicable"]:
-        lines.append("usability: not measured (the corpus has none of the new words)")
+    lines = [line for c in read_checks(report) for line in c.summary()]
+    if report.get("method"):
+        lines.append(f"method: {report['method']} ({report.get('method_reason', '')})")
     lines += [f"WARNING: {w}" for w in report.get("skipped", [])]
     lines.append("PASSED" if report["passed"] else "FAILED: " + "; ".join(report["failures"]))
     return lines
@@ -846,7 +901,7 @@ def validate_added(result, corpus: str | os.PathLike | None = None, **kwargs) ->
     """Validate what `apply` wrote (an `AddResult`) and store the report in its output.
 
     Writes `vocabsurgeon_report.json` into the output directory, which stays in place whatever
-    the outcome.
+    the outcome. The keyword arguments are those of `validate_checkpoint`.
 
     Raises:
         ValidationFailed: the checks failed; `.report` holds the figures, the message says why.

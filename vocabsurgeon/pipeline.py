@@ -1,0 +1,199 @@
+"""The add pipeline as a library call: add, validate, write the model card with the figures, push.
+
+`vocabsurgeon add` is this pipeline behind a few flags; a Python pipeline gets the same steps,
+in the same order and with the same card, from `add_validate_push` (or `finish_add` after its own
+`add_tokens`/`AddJob`). Every option is checked before any work.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import InputError, PushError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ValidationOptions:
+    """How `add` validates what it wrote (the flags of `vocabsurgeon validate`)."""
+
+    corpus: str | os.PathLike | None = None
+    max_tokens: int | None = None  # None: validate.DEFAULT_MAX_TOKENS
+    thresholds: object | None = None  # validate.Thresholds; None: the defaults
+    seed: int = 0
+    device: str = "auto"
+    plot: str | os.PathLike | None = None
+
+    def check(self) -> ValidationOptions:
+        """Raises InputError for a bad limit, device or --max-tokens, or --plot without matplotlib."""
+        from .validate import DEFAULT_MAX_TOKENS, check_options
+
+        check_options(thresholds=self.thresholds, device=self.device,
+                      max_tokens=self.max_tokens if self.max_tokens is not None else DEFAULT_MAX_TOKENS,
+                      plot=self.plot)
+        return self
+
+    def kwargs(self) -> dict:
+        from .validate import DEFAULT_MAX_TOKENS
+
+        return {"thresholds": self.thresholds, "seed": self.seed, "device": self.device, "plot": self.plot,
+                "max_tokens": self.max_tokens if self.max_tokens is not None else DEFAULT_MAX_TOKENS}
+
+
+DEFAULT_VALIDATION = ValidationOptions()  # never mutated
+
+
+@dataclass
+class PushOptions:
+    """Where `add` pushes the output (the push flags of `vocabsurgeon add`)."""
+
+    repo_id: str
+    revision: str | None = None  # the branch to commit to
+    private: bool | None = None
+    create_pr: bool = False
+    token: str | None = None
+    message: str | None = None  # None: "Add N new tokens to BASE with vocabsurgeon VERSION"
+
+    def check(self) -> PushOptions:
+        from .hub import REPO_ID
+
+        if not REPO_ID.fullmatch(self.repo_id):
+            raise InputError(f"--push-to {self.repo_id!r}: not a Hub repo id; pass it as org/name, e.g. me/gpt2-lotr")
+        return self
+
+
+@dataclass
+class Finished:
+    """What the pipeline did: the add result, the validation report (None when skipped), the push."""
+
+    result: object  # surgery.AddResult
+    report: dict | None = None
+    pushed: object | None = None  # hub.PushResult
+
+    def to_dict(self) -> dict:
+        """`vocabsurgeon add --json`: the add summary, with `validation` and `push` when they ran."""
+        d = self.result.to_dict()
+        if self.report is not None:
+            d["validation"] = validation_brief(self.report, self.result.out)
+        if self.pushed is not None:
+            d["push"] = self.pushed.to_dict()
+        return d
+
+
+def validation_brief(report: dict, out: str | os.PathLike) -> dict:
+    """The few figures of a validation report that the add summary carries."""
+    from .validate import REPORT_NAME
+
+    return {"passed": report["passed"], "failures": report["failures"], "report": str(Path(out) / REPORT_NAME),
+            "method": report.get("method"), "kl": {k: report["kl"][k] for k in ("mean", "p99", "max", "bound")},
+            "new_token_fraction": report["sampling"]["new_token_fraction"]}
+
+
+def validate_output(result, options: ValidationOptions, progress=None) -> dict:
+    """Validate what `add` wrote, store the report in it and rewrite its model card with the figures.
+
+    The card is rewritten on failure too (it records the failure: the output is kept for inspection).
+
+    Raises:
+        ValidationFailed: a check failed; `.report` holds the figures.
+    """
+    from .errors import ValidationFailed
+    from .modelcard import write_model_card
+    from .validate import validate_added
+
+    try:
+        report = validate_added(result, options.corpus, progress=progress, **options.kwargs())
+    except ValidationFailed as e:
+        if e.report:
+            write_model_card(result.out, result.to_dict(), e.report, plot=options.plot)
+        raise
+    write_model_card(result.out, result.to_dict(), report, plot=options.plot)
+    return report
+
+
+def push_output(result, options: PushOptions):
+    """Push the output of `add` as one commit, with a default message naming what was added.
+
+    Raises:
+        PushError: the push failed; the message says how to retry the push alone.
+    """
+    from . import __version__
+    from .hub import push
+
+    summary = result.to_dict()
+    n_words = len({a["token"] for a in summary["added"]})
+    message = options.message or (f"Add {n_words} new token{'s' if n_words != 1 else ''} to "
+                                  f"{summary['base']['name']} with vocabsurgeon {__version__}")
+    try:
+        return push(result.out, options.repo_id, private=options.private, revision=options.revision,
+                    create_pr=options.create_pr, token=options.token, message=message)
+    except PushError as e:  # the checkpoint is written: say how to retry the push alone
+        raise PushError(f"{e}. {result.out} is written; retry with `vocabsurgeon push {result.out} "
+                        f"{options.repo_id}`") from None
+
+
+def finish_add(result, validation: ValidationOptions | None = DEFAULT_VALIDATION, push: PushOptions | None = None,
+               *, progress=None, on_step: Callable[[str, Finished], None] | None = None) -> Finished:
+    """After `add` wrote `result.out`: validate it (unless `validation` is None), rewrite the model card
+    with the figures, then push it (when `push` is given and validation passed).
+
+    Args:
+        result: the `AddResult` of `add_tokens` or `AddJob.finish()`.
+        validation: the validation options; None skips validation (the card says so).
+        push: where to push; None keeps the output local.
+        progress: `runtime.Progress` callbacks of the validation.
+        on_step: called with "validate" or "push" and what is done so far, as each step starts.
+
+    Raises:
+        ValidationFailed: validation failed (exit 3 in the CLI); nothing is pushed.
+        PushError: the push failed (exit 4); `.finished` holds what was done before it.
+    """
+    step = on_step or (lambda name, done: None)
+    done = Finished(result)
+    if validation is not None:
+        step("validate", done)
+        done.report = validate_output(result, validation, progress)
+    if push is not None:
+        step("push", done)
+        try:
+            done.pushed = push_output(result, push)
+        except PushError as e:
+            e.finished = done  # the validation figures, for a summary printed with the error
+            raise
+    return done
+
+
+def add_validate_push(src: str | os.PathLike, out: str | os.PathLike, tokens: list[str], options=None, *,
+                      validation: ValidationOptions | None = DEFAULT_VALIDATION, push: PushOptions | None = None,
+                      revision: str | None = None, token: str | None = None, progress=None) -> Finished:
+    """The whole `vocabsurgeon add` pipeline from Python: add, validate, card, push.
+
+    Args:
+        src, out, tokens: as `add_tokens`.
+        options: `AddOptions` (None: the defaults).
+        validation, push: as `finish_add`.
+        revision, token: the Hub revision and token of `src` when it is a repo id.
+
+    Example:
+        >>> from vocabsurgeon.pipeline import PushOptions, add_validate_push  # doctest: +SKIP
+        >>> done = add_validate_push("ckpt/", "out/", ["Frodo"], push=PushOptions("me/gpt2-lotr"))  # doctest: +SKIP
+        >>> done.report["passed"], done.pushed.commit_url  # doctest: +SKIP
+    """
+    from dataclasses import asdict
+
+    from .init import check_eps
+    from .surgery import AddOptions, add_tokens
+
+    options = options or AddOptions()
+    check_eps(options.eps)
+    if validation is not None:
+        validation.check()
+    if push is not None:
+        push.check()
+    result = add_tokens(src, out, tokens, revision=revision, token=token, **asdict(options))
+    return finish_add(result, validation, push, progress=progress)
