@@ -31,7 +31,7 @@ from .architectures import detect
 from .checkpoint import Checkpoint
 from .errors import InputError
 from .hub import Source, resolve_checkpoint, resolve_checkpoints
-from .tokenizer import BYTE_SYMBOLS
+from .tokenizer import BYTE_SYMBOLS, unpadded
 
 logger = logging.getLogger(__name__)
 
@@ -547,7 +547,8 @@ def find_row(space: Space, query: str) -> int:
         raise InputError(f"{query!r}: {space.path} has no {TOKENIZER_FILE}; name rows by id, e.g. '#42'")
     from tokenizers import Tokenizer
 
-    enc = Tokenizer.from_file(str(space.path / TOKENIZER_FILE)).encode(query, add_special_tokens=False)
+    # padding and truncation off: a tokenizer.json with "padding" would append pad ids to the pieces
+    enc = unpadded(Tokenizer.from_file(str(space.path / TOKENIZER_FILE))).encode(query, add_special_tokens=False)
     pieces = " ".join(space.display(i) if i < rows else f"#{i}" for i in enc.ids)
     raise InputError(
         f"{query!r} is not one token of {space.path / TOKENIZER_FILE} (it splits into {pieces}); pass one "

@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from tokenizers import Tokenizer, pre_tokenizers
@@ -87,31 +87,128 @@ def byte_level(text: str) -> str:
     return "".join([BYTE_SYMBOLS[b] for b in text.encode("utf-8", "surrogatepass")])
 
 
-PARTS_HEAD = 4  # parts_of indexes forms by up to this many first characters
+PARTS_HEAD = 4  # FormIndex indexes forms by up to this many first characters
+
+
+class FormIndex:
+    """New forms indexed for finding them inside longer pieces (an added token for such a form,
+    matched anywhere in raw text, would split that piece: "return" inside " return").
+
+    Forms are indexed by their first g = min(length, PARTS_HEAD) characters; a piece's g-character
+    windows are looked up in that index, and only hits are checked with `startswith`. Built once
+    and queried per piece, so that planning stays linear in the number of words.
+    """
+
+    def __init__(self, forms: set[str]):
+        self.by_g: dict[int, dict[str, list[str]]] = {}
+        for f in sorted(forms):
+            g = min(len(f), PARTS_HEAD)
+            self.by_g.setdefault(g, {}).setdefault(f[:g], []).append(f)
+        self.groups = sorted(self.by_g.items())
+
+    def parts(self, pieces: list[str]) -> dict[str, str]:
+        """Each indexed form that is a proper part of one of `pieces`, with the first such piece."""
+        found: dict[str, str] = {}
+        for g, by_head in self.groups:
+            hits = [(p, i) for p in pieces if len(p) > g for i in range(len(p) - g + 1) if p[i:i + g] in by_head]
+            for p, i in hits:
+                for f in by_head[p[i:i + g]]:
+                    if len(f) < len(p) and f not in found and p.startswith(f, i):
+                        found[f] = p
+        return found
+
+    def inside(self, piece: str) -> bool:
+        """Whether some indexed form is a proper part of `piece`."""
+        for g, by_head in self.groups:
+            for i in range(len(piece) - g + 1):
+                for f in by_head.get(piece[i:i + g], ()):
+                    if len(f) < len(piece) and piece.startswith(f, i):
+                        return True
+        return False
 
 
 def parts_of(pieces: list[str], forms: set[str]) -> dict[str, str]:
-    """Each of `forms` that is a proper part of one of `pieces`, with the first such piece.
+    """Each of `forms` that is a proper part of one of `pieces`, with the first such piece (see FormIndex)."""
+    return FormIndex(forms).parts(pieces)
 
-    An added token is matched anywhere in raw text, so an added token for such a form would split
-    that piece ("return" inside " return"). Forms are indexed by their first g = min(length,
-    PARTS_HEAD) characters; each piece's g-character windows are looked up in that index in one
-    comprehension per g, and only hits are checked with `startswith`. On a 128,000-piece
-    vocabulary: 0.1 s for 2,000 forms of made-up words (all substrings of the forms' lengths, the
-    first version: 0.5 s; a `find` per form in the joined pieces: 0.5 ms each).
+
+def unpadded(tok: Tokenizer) -> Tokenizer:
+    """`tok` with padding and truncation off: every encode vocabsurgeon does for its own checks
+    must see the text's own ids (a tokenizer.json may ship `"padding": {"strategy": {"Fixed": 128}}`);
+    the written tokenizer.json keeps the user's settings."""
+    tok.no_padding()
+    tok.no_truncation()
+    return tok
+
+
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+# Conversations rendered with the tokenizer's chat template: the rendered text is old text, which
+# must keep its ids (a new "assistant" would re-tokenize every prompt). With and without a system
+# message, so that a default system prompt is rendered too; one ends with the generation prompt.
+SAMPLE_CHATS = (
+    ([{"role": "system", "content": "You are a helpful assistant."},
+      {"role": "user", "content": "What is the capital of France?"},
+      {"role": "assistant", "content": "The capital of France is Paris."}], False),
+    ([{"role": "user", "content": "Hello! Can you write one sentence about the sea?"},
+      {"role": "assistant", "content": "The sea is wide, deep and old."},
+      {"role": "user", "content": "Thank you. And one about the sky?"}], True),
+)
+
+
+def chat_template(directory: str | Path) -> str | None:
+    """The checkpoint's chat template (chat_template.jinja, or tokenizer_config.json's `chat_template`)."""
+    directory = Path(directory)
+    if (directory / CHAT_TEMPLATE_FILE).is_file():
+        return (directory / CHAT_TEMPLATE_FILE).read_text(encoding="utf-8")
+    cfg = directory / TOKENIZER_CONFIG
+    template = read_json(cfg).get("chat_template") if cfg.is_file() else None
+    if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default") or next(iter(named.values()), None)
+    return template if isinstance(template, str) and template.strip() else None
+
+
+def chat_samples(directory: str | Path) -> list[str]:
+    """The checkpoint's chat template rendered by transformers (`apply_chat_template`) with a few
+    sample conversations (SAMPLE_CHATS); [] when it has no chat template.
+
+    Example:
+        >>> chat_samples("fixtures/gpt2-tiny")  # no chat template
+        []
     """
-    index: dict[int, dict[str, list[str]]] = {}
-    for f in sorted(forms):
-        g = min(len(f), PARTS_HEAD)
-        index.setdefault(g, {}).setdefault(f[:g], []).append(f)
-    found: dict[str, str] = {}
-    for g, by_head in sorted(index.items()):
-        hits = [(p, i) for p in pieces if len(p) > g for i in range(len(p) - g + 1) if p[i:i + g] in by_head]
-        for p, i in hits:
-            for f in by_head[p[i:i + g]]:
-                if len(f) < len(p) and f not in found and p.startswith(f, i):
-                    found[f] = p
-    return found
+    if chat_template(directory) is None:
+        return []
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(directory), trust_remote_code=False)
+    except Exception as e:  # transformers' loader raises many types; the template is then not checked
+        logger.warning("%s: cannot load the tokenizer with transformers to render its chat template (%s: %s)",
+                       directory, type(e).__name__, e)
+        return []
+    texts = []
+    for conversation, generation_prompt in SAMPLE_CHATS:
+        for turns in (conversation, [m for m in conversation if m["role"] != "system"]):
+            try:
+                text = tok.apply_chat_template(turns, tokenize=False, add_generation_prompt=generation_prompt)
+            except Exception as e:  # templates raise on what they do not support (e.g. a system message)
+                logger.info("chat template: a sample conversation does not render (%s)", e)
+                continue
+            if text not in texts:
+                texts.append(text)
+    return texts
+
+
+def _around(text: str, word: str, width: int = 12) -> str:
+    """The part of `text` around the first occurrence of `word` (for a reason shown to the user)."""
+    i = text.find(word.strip())
+    if i < 0:
+        return text[:2 * width]
+    return text[max(0, i - width):i + len(word.strip()) + width]
+
+
+class _Skip(Exception):
+    """A word that its family's mechanisms cannot make one token; the message says why."""
 
 
 @dataclass
@@ -161,6 +258,10 @@ def detect_family(data: dict) -> str:
 
     if mtype == "BPE" and has(data.get("pre_tokenizer"), "ByteLevel"):
         return "byte-level-bpe"
+    if mtype == "BPE" and (_metaspace_always(data.get("pre_tokenizer")) or has(data.get("decoder"), "Metaspace")):
+        # as the tokenizers library trains it (SentencePieceBPETokenizer): text after an added token
+        # gets a "▁" too, so added tokens would decode "Frodo," as "Frodo ,": real entries instead
+        return "sentencepiece-bpe-metaspace"
     if mtype == "BPE" and (has(data.get("pre_tokenizer"), "Metaspace") or has(data.get("normalizer"), "Prepend")):
         return "sentencepiece-bpe"
     if mtype == "Unigram":
@@ -170,7 +271,16 @@ def detect_family(data: dict) -> str:
     return f"other ({mtype})"
 
 
-SUPPORTED_FAMILIES = ("byte-level-bpe", "sentencepiece-bpe", "unigram", "wordpiece")
+def _metaspace_always(node) -> bool:
+    """Whether a pre-tokenizer is (or has) Metaspace with prepend_scheme "always"."""
+    if not isinstance(node, dict):
+        return False
+    if node.get("type") == "Metaspace":
+        return node.get("prepend_scheme", "always") == "always" and node.get("add_prefix_space", True)
+    return any(_metaspace_always(n) for n in node.get("pretokenizers") or [])
+
+
+SUPPORTED_FAMILIES = ("byte-level-bpe", "sentencepiece-bpe", "sentencepiece-bpe-metaspace", "unigram", "wordpiece")
 
 
 def convert_slow_tokenizer(directory: str | Path) -> tuple[dict, str]:
@@ -218,8 +328,8 @@ class TokenizerEditor:
                 "(AutoTokenizer.from_pretrained(dir).save_pretrained(dir)) first"
             )
         try:  # parse the file itself when there is one: no need to serialize what was just read
-            self.tok = Tokenizer.from_file(str(file)) if self.converted_from is None else \
-                Tokenizer.from_str(json.dumps(self.data))
+            self.tok = unpadded(Tokenizer.from_file(str(file)) if self.converted_from is None else
+                                Tokenizer.from_str(json.dumps(self.data)))
         except Exception as e:  # the Rust parser raises plain Exception subclasses
             raise InputError(f"{file}: the tokenizers library cannot load it ({e}); re-download it") from None
         cfg = self.dir / TOKENIZER_CONFIG
@@ -334,11 +444,18 @@ class TokenizerEditor:
         return {spelled[e]: piece for e, piece in parts_of(pieces, set(spelled)).items()}
 
     def _pair(self, form: str) -> tuple[str, str] | None:
-        """Byte-level BPE: the two model pieces the original tokenizer splits `form` into, if two."""
-        ids = self.encode(form)
-        if len(ids) != 2:
-            return None
-        a, b = (self.tok.id_to_token(i) for i in ids)
+        """Byte-level BPE: the two model pieces the original tokenizer splits `form` into, if two
+        (Metaspace BPE: the two pieces BPE splits its piece into, "Frodo" inside "▁(Frodo")."""
+        if self.family == "sentencepiece-bpe-metaspace":
+            toks = [t.value for t in self.tok.model.tokenize(form.replace(" ", "▁"))]
+            if len(toks) != 2:
+                return None
+            a, b = toks
+        else:
+            ids = self.encode(form)
+            if len(ids) != 2:
+                return None
+            a, b = (self.tok.id_to_token(i) for i in ids)
         if any(x is None or x in self.added or x not in self.vocab for x in (a, b)):
             return None
         return a, b
@@ -350,7 +467,10 @@ class TokenizerEditor:
         until no entry contains one."""
         while True:
             added = {byte_level(t.form) for t in new if t.mechanism == "added"}
-            shadowed = [t for t in new if t.mechanism in ("vocab", "merge") and added and parts_of([t.piece], added)]
+            if not added:
+                return
+            index = FormIndex(added)  # once per round, not per entry: linear in the number of words
+            shadowed = [t for t in new if t.mechanism in ("vocab", "merge") and index.inside(t.piece)]
             if not shadowed:
                 return
             for t in shadowed:
@@ -400,13 +520,28 @@ class TokenizerEditor:
                     out.append((form, byte_level(form), "merge", False))
                 elif whole and garbled:
                     out.append((form, byte_level(form), "vocab", False))
+                elif garbled:
+                    raise _Skip(f"the pre-tokenizer splits it ({' | '.join(self._text(p) for p in self._pretokenize(form))}), "
+                                "so it can only be an added token, which the ByteLevel decoder would garble (all its "
+                                "characters are byte symbols)")
                 else:
-                    if garbled:
-                        logger.warning("token %r: decoding its added token may garble it (ByteLevel decoder)", w)
                     out.append((form, form, "added", False))
             return out
         if fam == "sentencepiece-bpe":
             return [(f, f, "added", False) for f in forms]
+        if fam == "sentencepiece-bpe-metaspace":
+            out = []
+            for form in forms:
+                piece = form.replace(" ", "▁")
+                if self.has(piece):
+                    continue
+                if self._pair(form) is None:
+                    pieces = [t.value for t in self.tok.model.tokenize(piece)]
+                    raise _Skip(f"this SentencePiece BPE (Metaspace decoder, no byte fallback) takes a new word only as "
+                                f"one merge of two existing pieces, and {piece!r} is {len(pieces)} pieces {pieces}; "
+                                "added tokens would decode with a space before the punctuation after them")
+                out.append((form, piece, "merge", False))
+            return out
         if fam == "unigram":
             pre = self._pretokenize(" " + w)
             if len(pre) == 1 and not any(c.isspace() for c in pre[0]):
@@ -421,34 +556,33 @@ class TokenizerEditor:
             pre = self._pretokenize(w)
             if pre == [norm]:
                 return [(w, norm, "vocab", False)]
+            if any(c.isspace() for c in norm.strip()) and not any(c.isspace() for c in w):
+                # the normalizer puts spaces inside it (around CJK characters): matched on the raw text
+                return [(w, w, "added", False)]
             return [(w, norm.strip(), "added", norm != w)]
         raise InputError(
             f"{self.dir / TOKENIZER_FILE}: {fam} tokenizers are not supported (supported: "
             f"{', '.join(SUPPORTED_FAMILIES)}); open an issue with the model name"
         )
 
-    def _check_normalization(self, w: str, claimed: dict[str, str]) -> str | None:
-        """On families whose entries are matched on normalized text, refuse a token that would take
-        over an existing word or another new token; returns the normalized form when it differs."""
+    def _normalization(self, w: str, claimed: dict[str, str]) -> tuple[str | None, str | None]:
+        """On families whose entries are matched on normalized text: (the normalized form when it
+        differs from `w`, None), or (None, why `w` is skipped): its normalized form is already a
+        token (an uncased "Hello" is "hello": already there, so one list works on cased and
+        uncased models), or that of another new word."""
         if self.family not in ("wordpiece", "unigram"):
-            return None
+            return None, None
         norm = self._normalize(w)
         if norm == w:
-            return None
+            return None, None
         key = norm.strip()
         if key in claimed:
-            raise InputError(
-                f"token {w!r}: the tokenizer normalizes it to {key!r}, the same as token {claimed[key]!r}; "
-                "remove one of them"
-            )
+            return None, f"the tokenizer normalizes it to {key!r}, the same as token {claimed[key]!r}"
         if self.family == "wordpiece" and self.has(key) and not self.has(w):
-            raise InputError(
-                f"token {w!r}: the tokenizer normalizes it (e.g. lowercases: uncased) to {key!r}, which is already "
-                f"token {self.vocab.get(key, self.added.get(key, {}).get('id'))}; adding it would take over that "
-                "word. Remove it from the tokens"
-            )
+            return None, (f"already in the vocabulary as {key!r} (the tokenizer normalizes text, e.g. lowercases, "
+                          "before lookup)")
         claimed[key] = w
-        return key
+        return key, None
 
     def reusable_ids(self, rows: int) -> list[tuple[int, str | None]]:
         """Rows that --reuse-reserved may take, in order: rows no token maps to, then reserved
@@ -465,98 +599,55 @@ class TokenizerEditor:
         return unused + sorted((i, c) for i, c in reserved.items() if i < rows)
 
     def plan(self, words: list[str], *, special: bool = False, first_id: int | None = None,
-             reuse: list[tuple[int, str | None]] | None = None) -> TokenizerPlan:
+             reuse: list[tuple[int, str | None]] | None = None, chat: list[str] | None = None) -> TokenizerPlan:
         """Decide the new entries and their ids: first from `reuse` (see `reusable_ids`), then
         from `first_id` (default `size`) on.
 
+        The edited tokenizer is built in memory and every word is checked in every context
+        (`_failures`); a word that fails is skipped with its reason and the rest planned again,
+        so that a dry run says exactly what the real run does. `chat`: old texts that must keep
+        their ids (default: the rendered chat template, `chat_samples`).
+
         Raises:
-            InputError: a token that would take over an existing word after normalization, or an
-                unsupported tokenizer family.
+            InputError: new ids inside the tokenizer, or an unsupported tokenizer family.
         """
         start = self.size if first_id is None else first_id
         if start < self.size:
             raise InputError(f"new ids must start at or after {self.size}, the tokenizer's size; got {start}")
+        new, skipped, notes = self._draft(words, special)
+        chat = chat_samples(self.dir) if chat is None else chat
+        failed: dict[str, str] = {}
+        while True:
+            plan = self._numbered(new, skipped, notes, start, reuse)
+            failures = self._failures(plan, chat)
+            if not failures:
+                break
+            failed.update(failures)
+            new = [t for t in new if t.text not in failures]
+            skipped = skipped + [{"token": w, "reason": why} for w, why in failures.items()]
+        if failed:
+            w = next(iter(failed))
+            note = f"{len(failed)} token(s) skipped after checking the edited tokenizer (e.g. {w!r}): {failed[w]}"
+            plan.notes.append(note)
+            logger.warning("%s", note)
+        return plan
+
+    def _numbered(self, new: list[NewToken], skipped: list[dict], notes: list[str], start: int,
+                  reuse: list[tuple[int, str | None]] | None) -> TokenizerPlan:
+        """The plan of the entries `new` with their ids: `reuse` first, then counting from `start`."""
         pool = list(reuse or [])
         freed: dict[int, str] = {}
         counter = iter(range(start, 1 << 62))
-
-        def take() -> int:
+        numbered = []
+        for t in new:
             if pool:
                 i, content = pool.pop(0)
                 if content is not None:
                     freed[i] = content
-                return i
-            return next(counter)
-
-        new: list[NewToken] = []
-        skipped: list[dict] = []
-        notes: list[str] = []
-        claimed: dict[str, str] = {}
-        planned: set[str] = set()
-        blocked: dict[str, str] = {}  # word -> why its bare form can be neither an added token nor an entry
-        unsafe: list[str] = []  # words whose garbled bare form cannot be an entry here (see UNSAFE_FORM)
-        score = self._unigram_score() if self.family == "unigram" else None
-        self.prefetch([f for w in words for f in ((w,) if special else (w, " " + w))])
-        risks = self._split_risks(words) if self.family in ("byte-level-bpe", "sentencepiece-bpe") and not special else {}
-        for w in words:
-            existing = self.added.get(w)
-            if existing is not None and existing.get("special"):
-                skipped.append({"token": w, "reason": "already a special token"})
-                continue
-            if special:
-                if self.has(w):
-                    skipped.append({"token": w, "reason": "already in the vocabulary (not promoted to special)"})
-                    continue
-                new.append(NewToken(w, w, w, take(), "special", self.encode(w),
-                                    score=0.0 if score is not None else None))
-                continue
-            norm = self._check_normalization(w, claimed)
-            added_any = False
-            for form, piece, mech, normalized in self._word_entries(w, risks):
-                if self.has(piece) or piece in planned or (mech == "added" and len(self.encode(form)) == 1):
-                    continue  # this form is one token already
-                if mech == "added" and form == w and self._splits_word_start(w):
-                    blocked[w] = self._why_not_entry(w)
-                    continue
-                if mech == "vocab" and self.family == "byte-level-bpe" and not self._merges_are_redundant():
-                    unsafe.append(w)  # a garbled bare form: neither an added token nor an entry is safe
-                    break  # the word is skipped whole (its word-start form alone would not be one word)
-                planned.add(piece)
-                new.append(NewToken(w, form, piece, take(), mech, self.encode(form), normalized,
-                                    score if mech == "vocab" else None))
-                added_any = True
-            if w in blocked:
-                skipped.append({"token": w, "reason": (
-                    f"already one token after a space ({' ' + w!r}); its bare form would split that token as an "
-                    f"added token, and cannot be a vocabulary entry: {blocked[w]}")})
-            elif unsafe and unsafe[-1] == w:
-                skipped.append({"token": w, "reason": UNSAFE_FORM})
-            elif not added_any:
-                skipped.append({"token": w, "reason": "already in the vocabulary"})
-            elif norm is not None:
-                note = f"token {w!r} is stored as {norm!r}: the tokenizer normalizes text (e.g. lowercases) before lookup"
-                notes.append(note)
-                logger.warning("%s", note)
-        if self.family == "byte-level-bpe":
-            self._demote_shadowed(new)
-        if blocked:
-            w = next(iter(blocked))
-            note = (f"{len(blocked)} token(s) skipped (e.g. {w!r}): already one token after a space; the bare form "
-                    f"would split that token as an added token, and cannot be a vocabulary entry ({blocked[w]})")
-            notes.append(note)
-            logger.warning("%s", note)
-        if unsafe:
-            note = f"{len(unsafe)} token(s) skipped (e.g. {unsafe[0]!r}): {UNSAFE_FORM}"
-            notes.append(note)
-            logger.warning("%s", note)
-        splitting = [t for t in new if t.mechanism == "added" and t.form in risks]
-        if splitting:
-            t = splitting[0]
-            note = (f"{len(splitting)} added token(s) (e.g. {t.form!r}) are also part of existing tokens (e.g. "
-                    f"{self._text(risks[t.form])!r}), which now split where they occur; they cannot be "
-                    f"vocabulary entries here ({self._why_not_entry(t.form)})")
-            notes.append(note)
-            logger.warning("%s", note)
+            else:
+                i = next(counter)
+            numbered.append(replace(t, id=i))
+        new, notes = numbered, list(notes)
         set_ignore = any(t.mechanism == "vocab" for t in new) and self.family == "byte-level-bpe" \
             and not self.model.get("ignore_merges")
         if set_ignore and not self._merges_are_redundant():
@@ -590,7 +681,156 @@ class TokenizerEditor:
                 + (f" ({len(freed)} of them reserved tokens, e.g. {next(iter(freed.values()))!r})" if freed else "")
                 + f"; {len(new) - len(taken)} rows appended"
             )
-        return TokenizerPlan(self.family, new, skipped, set_ignore, notes, gap, self.tok, freed)
+        return TokenizerPlan(self.family, new, list(skipped), set_ignore, notes, gap, self.tok, freed)
+
+    def _failures(self, plan: TokenizerPlan, chat: list[str]) -> dict[str, str]:
+        """Words of `plan` that the edited tokenizer, built in memory, does not make one token
+        everywhere, each with the reason: checked at a sentence start, after a space, before
+        punctuation, inside brackets and next to another new word, decoding as the original does
+        (where it decodes the text faithfully); and words whose new ids appear in `chat` (old text:
+        the rendered chat template), which must keep its ids."""
+        if not plan.new:
+            return {}
+        tok = unpadded(Tokenizer.from_str(json.dumps(self.edited(plan))))
+        failures: dict[str, str] = {}
+        owner = {t.id: t.text for t in plan.new}
+        if chat:
+            for text, want, got in zip(chat, _encode_ids(self.tok, chat), _encode_ids(tok, chat)):
+                if got == want:
+                    continue
+                culprits = [owner[i] for i in dict.fromkeys(got) if i in owner]
+                if not culprits:
+                    raise InputError(f"{self.dir / TOKENIZER_FILE}: the new tokens change how the rendered chat "
+                                     "template tokenizes, and no single word is the cause; open an issue with the "
+                                     "model name and the tokens")
+                for w in culprits:
+                    failures.setdefault(w, f"the chat template's own text has it ({_around(text, w)!r}); adding it "
+                                           "would change the ids of every chat prompt")
+        by_word: dict[str, list[NewToken]] = {}
+        for t in plan.new:
+            by_word.setdefault(t.text, []).append(t)
+        words = [w for w in by_word if w not in failures]
+        ids_of = {w: {t.id for t in by_word[w]} for w in words}
+        plain = [w for w in words if by_word[w][0].mechanism != "special"]
+        for w in plain:  # a form that is one existing token ("return" when " return" is one) counts too
+            for form in (w, " " + w):
+                ids = self.encode(form)
+                if len(ids) == 1:
+                    ids_of[w].add(ids[0])
+        cases: list[tuple[str, dict[str, int], bool]] = []  # (text, {word: occurrences}, check decoding)
+        for w in words:
+            if w not in plain:
+                cases.append((w, {w: 1}, False))
+        for i, w in enumerate(plain):
+            cases += [(w, {w: 1}, False), (" " + w, {w: 1}, False), (f"{w}.", {w: 1}, False),
+                      (f"({w})", {w: 1}, True), (f"{w}, {w}.", {w: 2}, True)]
+            nxt = plain[(i + 1) % len(plain)]
+            if nxt != w and w not in nxt and nxt not in w:
+                cases.append((f"{w} {nxt}", {w: 1, nxt: 1}, False))
+        texts = [c[0] for c in cases]
+        got_ids = _encode_ids(tok, texts)
+        decoded = [j for j, c in enumerate(cases) if c[2]]
+        wants = self.tok.decode_batch(_encode_ids(self.tok, [texts[j] for j in decoded]))
+        gots = tok.decode_batch([got_ids[j] for j in decoded])
+        decode = {j: (want, got) for j, want, got in zip(decoded, wants, gots)}
+        for j, (text, expect, _) in enumerate(cases):
+            ids = got_ids[j]
+            for w, n in expect.items():
+                if w in failures:
+                    continue
+                if sum(i in ids_of[w] for i in ids) != n:
+                    pieces = [tok.id_to_token(i) for i in ids]
+                    mechs = "/".join(dict.fromkeys(t.mechanism for t in by_word[w]))
+                    failures[w] = (f"would not be one token in {text!r} (it would encode as {pieces}): the {self.family} "
+                                   f"entries ({mechs}) cannot make it one token there")
+            w = next(iter(expect))
+            if j in decode and w not in failures:
+                want, got = decode[j]
+                if got != want and want in (text, self._normalize(text)):
+                    failures[w] = f"{text!r} would decode as {got!r}, but the original tokenizer gives {want!r}"
+        return failures
+
+    def _draft(self, words: list[str], special: bool) -> tuple[list[NewToken], list[dict], list[str]]:
+        """The entries of each word by its family's mechanisms (ids not yet given: -1), the words
+        skipped and why, and notes for the report."""
+        new: list[NewToken] = []
+        skipped: list[dict] = []
+        notes: list[str] = []
+        claimed: dict[str, str] = {}
+        planned: set[str] = set()
+        blocked: dict[str, str] = {}  # word -> why its bare form can be neither an added token nor an entry
+        unsafe: list[str] = []  # words whose garbled bare form cannot be an entry here (see UNSAFE_FORM)
+        score = self._unigram_score() if self.family == "unigram" else None
+        self.prefetch([f for w in words for f in ((w,) if special else (w, " " + w))])
+        risks = self._split_risks(words) if self.family in ("byte-level-bpe", "sentencepiece-bpe") and not special else {}
+        for w in words:
+            existing = self.added.get(w)
+            if existing is not None and existing.get("special"):
+                skipped.append({"token": w, "reason": "already a special token"})
+                continue
+            if special:
+                if self.has(w):
+                    skipped.append({"token": w, "reason": "already in the vocabulary (not promoted to special)"})
+                    continue
+                new.append(NewToken(w, w, w, -1, "special", self.encode(w),
+                                    score=0.0 if score is not None else None))
+                continue
+            norm, why = self._normalization(w, claimed)
+            if why is not None:
+                skipped.append({"token": w, "reason": why})
+                continue
+            added_any = False
+            try:
+                entries = self._word_entries(w, risks)
+            except _Skip as e:
+                skipped.append({"token": w, "reason": str(e)})
+                continue
+            for form, piece, mech, normalized in entries:
+                if self.has(piece) or piece in planned or (mech == "added" and len(self.encode(form)) == 1):
+                    continue  # this form is one token already
+                if mech == "added" and form == w and self._splits_word_start(w):
+                    blocked[w] = self._why_not_entry(w)
+                    continue
+                if mech == "vocab" and self.family == "byte-level-bpe" and not self._merges_are_redundant():
+                    unsafe.append(w)  # a garbled bare form: neither an added token nor an entry is safe
+                    break  # the word is skipped whole (its word-start form alone would not be one word)
+                planned.add(piece)
+                new.append(NewToken(w, form, piece, -1, mech, self.encode(form), normalized,
+                                    score if mech == "vocab" else None))
+                added_any = True
+            if w in blocked:
+                skipped.append({"token": w, "reason": (
+                    f"already one token after a space ({' ' + w!r}); its bare form would split that token as an "
+                    f"added token, and cannot be a vocabulary entry: {blocked[w]}")})
+            elif unsafe and unsafe[-1] == w:
+                skipped.append({"token": w, "reason": UNSAFE_FORM})
+            elif not added_any:
+                skipped.append({"token": w, "reason": "already in the vocabulary"})
+            elif norm is not None and any(t.piece == norm for t in new[-2:] if t.text == w):
+                note = f"token {w!r} is stored as {norm!r}: the tokenizer normalizes text (e.g. lowercases) before lookup"
+                notes.append(note)
+                logger.warning("%s", note)
+        if self.family == "byte-level-bpe":
+            self._demote_shadowed(new)
+        if blocked:
+            w = next(iter(blocked))
+            note = (f"{len(blocked)} token(s) skipped (e.g. {w!r}): already one token after a space; the bare form "
+                    f"would split that token as an added token, and cannot be a vocabulary entry ({blocked[w]})")
+            notes.append(note)
+            logger.warning("%s", note)
+        if unsafe:
+            note = f"{len(unsafe)} token(s) skipped (e.g. {unsafe[0]!r}): {UNSAFE_FORM}"
+            notes.append(note)
+            logger.warning("%s", note)
+        splitting = [t for t in new if t.mechanism == "added" and t.form in risks]
+        if splitting:
+            t = splitting[0]
+            note = (f"{len(splitting)} added token(s) (e.g. {t.form!r}) are also part of existing tokens (e.g. "
+                    f"{self._text(risks[t.form])!r}), which now split where they occur; they cannot be "
+                    f"vocabulary entries here ({self._why_not_entry(t.form)})")
+            notes.append(note)
+            logger.warning("%s", note)
+        return new, skipped, notes
 
     def edited(self, plan: TokenizerPlan) -> dict:
         """The tokenizer.json object with the plan applied (self.data is left as it was)."""
@@ -707,7 +947,7 @@ def verify_tokenizer(out_dir: Path, plan: TokenizerPlan) -> None:
     Raises:
         VocabSurgeonError: when any check fails (a bug: the output is not published).
     """
-    tok = Tokenizer.from_file(str(out_dir / TOKENIZER_FILE))
+    tok = unpadded(Tokenizer.from_file(str(out_dir / TOKENIZER_FILE)))
     for t in plan.new:
         got = tok.token_to_id(t.piece)
         if got != t.id:
