@@ -58,6 +58,7 @@ class AddOptions:
     lm_head_key: str | None = None
     pad_to_multiple_of: int | None = None
     reuse_reserved: bool = False
+    strict: bool = False  # any skipped token is an error (exit 2), raised while planning: before writing
 
 
 @dataclass
@@ -239,6 +240,10 @@ def plan_tokens(target: Target, tokens: list[str]) -> Plan:
     # New ids start after the last row: rows past the tokenizer (padding, reserved) keep their values.
     reuse = editor.reusable_ids(layout.rows) if options.reuse_reserved else None
     tplan = editor.plan(tokens, special=options.special, first_id=layout.rows, reuse=reuse)
+    if options.strict and tplan.skipped:
+        first = tplan.skipped[0]
+        raise InputError(f"--strict: {len(tplan.skipped)} token(s) would be skipped, e.g. {first['token']!r}: "
+                         f"{first['reason']}; nothing was written (drop --strict or remove them; see --dry-run)")
     dropped = [f for f in STALE_SLOW_FILES if (ckpt.path / f).is_file()] if tplan.new else []
     if dropped:
         tplan.notes.append(

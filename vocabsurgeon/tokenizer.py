@@ -624,7 +624,8 @@ class TokenizerEditor:
                 break
             failed.update(failures)
             new = [t for t in new if t.text not in failures]
-            skipped = skipped + [{"token": w, "reason": why} for w, why in failures.items()]
+            order = {w: i for i, w in enumerate(words)}  # reported in the user's order
+            skipped = skipped + [{"token": w, "reason": failures[w]} for w in sorted(failures, key=order.__getitem__)]
         if failed:
             w = next(iter(failed))
             note = f"{len(failed)} token(s) skipped after checking the edited tokenizer (e.g. {w!r}): {failed[w]}"
@@ -738,7 +739,8 @@ class TokenizerEditor:
             for w, n in expect.items():
                 if w in failures:
                     continue
-                if sum(i in ids_of[w] for i in ids) != n:
+                alone = text in (w, " " + w)  # the word alone is that one token, with no stray "▁" or "Ġ"
+                if sum(i in ids_of[w] for i in ids) != n or (alone and len(ids) != 1):
                     pieces = [tok.id_to_token(i) for i in ids]
                     mechs = "/".join(dict.fromkeys(t.mechanism for t in by_word[w]))
                     failures[w] = (f"would not be one token in {text!r} (it would encode as {pieces}): the {self.family} "
