@@ -15,16 +15,22 @@ import json
 from pathlib import Path
 
 import pytest
+from builders import training_text
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_tokenizer import OLD_TEXTS, make_tokenizer, tiny_checkpoint
 from tokenizers import SentencePieceBPETokenizer, Tokenizer
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from builders import training_text
-from test_tokenizer import OLD_TEXTS, make_tokenizer, tiny_checkpoint
 from vocabsurgeon.cli import cli
-from vocabsurgeon.tokenizer import TokenizerEditor, chat_samples, detect_family, unpadded, verify_tokenizer
+from vocabsurgeon.tokenizer import (
+    TokenizerEditor,
+    chat_samples,
+    detect_family,
+    unpadded,
+    verify_tokenizer,
+)
 
 CHATML = ("{% if messages[0]['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
           "{% endif %}{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -70,7 +76,7 @@ MATRIX_FAMILIES = ["byte-level", "byte-level-gpt2", "sp-bpe-file", "metaspace-bp
 VARIANTS = ["plain", "hub"]  # hub: padding, truncation and a chat template with its special tokens
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tokenizer_dir(root: Path, family: str, variant: str) -> Path:
     tok = _tokenizer(family)
     path = root / f"{family}-{variant}"

@@ -3,16 +3,12 @@
 Plain `add_tokens` makes an *added token* "Frodo", matched before pre-tokenization: on byte-level
 BPE " Frodo" then costs "Ġ" + "Frodo", on SentencePiece "▁" + "Frodo" (and "Frodo, and" decodes
 as "Frodo , and"). vocabsurgeon gives every word two entries, the bare form ("Frodo": sentence
-start, after punctuation) and the word-start form (" Frodo": after a space), by the mechanism
-that each family, and every loader of it, honours:
-
-| family | mechanism |
-|---|---|
-| byte-level BPE (GPT-2, Llama 3, Qwen) | added tokens "Frodo" and " Frodo" (the space is part of the token); a form that an added token would break is a real entry with `ignore_merges` instead, produced only for a whole pre-token: a bare form the ByteLevel decoder would garble (all its characters are byte symbols, e.g. "Éowyn" -> "Ã\x89owyn"), or a form inside an existing token ("return" inside " return": added tokens match anywhere). Where `ignore_merges` would change existing tokenization (some entries are not rebuilt by their merges), such a form that BPE splits into two pieces gets a real entry and one merge, appended last, instead; a word whose bare form would split its own word-start token, or would be garbled, and can be neither is skipped |
-| SentencePiece-style BPE (Llama 2, Mistral, Gemma: Metaspace "▁", byte fallback) | added tokens "Frodo" and " Frodo" |
-| SentencePiece Unigram (T5) | real pieces "▁Frodo" and "Frodo" with the score of the most likely piece |
-| WordPiece (BERT), cased or uncased | a real entry "Frodo" ("frodo" when the tokenizer lowercases: the user is told; a token that would take over an existing word is refused) |
-| any, with `--special` | a special added token, skipped by `decode(skip_special_tokens=True)` |
+start, after punctuation) and the word-start form (" Frodo": after a space), by the mechanisms
+that each family, and every loader of it, honours: one record per family in `families/` (how a
+word becomes entries, or why it is skipped), one shared plan loop here (ids, reserved rows,
+--special, skipped words). The plan builds the edited tokenizer in memory and checks every word
+in every context, and that the rendered chat template keeps its ids (`chat_samples`); a word that
+fails is skipped with its reason, so no word ends a run and --dry-run says what the run does.
 
 A word the pre-tokenizer splits (e.g. "C++" on WordPiece, "Minas Tirith" on Unigram) falls
 back to added tokens. Added tokens survive every loader: transformers 5's model-specific classes
@@ -36,9 +32,10 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from tokenizers import Tokenizer, pre_tokenizers
+from tokenizers import Tokenizer
 
 from .checkpoint import read_json
+from .families import SUPPORTED_FAMILIES, Skip, detect_family, family_of
 from .errors import InputError, VocabSurgeonError
 from .writer import write_json
 
@@ -54,12 +51,7 @@ FILE_AS_WRITTEN_CLASSES = {"PreTrainedTokenizerFast", "TokenizersBackend"}
 STALE_SLOW_FILES = ("tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "vocab.json", "merges.txt", "vocab.txt")
 # Placeholder tokens that models ship for later use (Llama 3, Gemma, BERT): --reuse-reserved takes them.
 RESERVED_TOKEN = re.compile(r"<\|reserved_special_token_\d+\|>|<unused\d+>|\[unused\d+\]|<\|reserved_\d+\|>")
-UNSAFE_FORM = ("its bare form, as an added token, would decode garbled (ByteLevel), and cannot be a vocabulary "
-               "entry: ignore_merges would change how this tokenizer splits existing text")
 GAP_PIECE = "<vocabsurgeon unused {}>"  # Unigram placeholders; the space makes them unreachable
-
-_BYTE_ALPHABET = set(pre_tokenizers.ByteLevel.alphabet())
-
 
 def _byte_symbols() -> list[str]:
     """The character that byte-level BPE writes for each byte (GPT-2's bytes_to_unicode): printable
@@ -207,10 +199,6 @@ def _around(text: str, word: str, width: int = 12) -> str:
     return text[max(0, i - width):i + len(word.strip()) + width]
 
 
-class _Skip(Exception):
-    """A word that its family's mechanisms cannot make one token; the message says why."""
-
-
 @dataclass
 class NewToken:
     """One new vocabulary entry (a row of every vocabulary matrix)."""
@@ -242,45 +230,6 @@ class TokenizerPlan:
         """The plan as plain data (the --json view)."""
         return {"family": self.family, "new": [asdict(t) for t in self.new], "skipped": self.skipped,
                 "notes": self.notes}
-
-
-def detect_family(data: dict) -> str:
-    """Name the tokenizer family of a parsed tokenizer.json."""
-    model = data.get("model") or {}
-    mtype = model.get("type")
-
-    def has(node, kind: str) -> bool:
-        if not isinstance(node, dict):
-            return False
-        if node.get("type") == kind:
-            return True
-        return any(has(n, kind) for n in node.get("pretokenizers") or node.get("normalizers") or [])
-
-    if mtype == "BPE" and has(data.get("pre_tokenizer"), "ByteLevel"):
-        return "byte-level-bpe"
-    if mtype == "BPE" and (_metaspace_always(data.get("pre_tokenizer")) or has(data.get("decoder"), "Metaspace")):
-        # as the tokenizers library trains it (SentencePieceBPETokenizer): text after an added token
-        # gets a "▁" too, so added tokens would decode "Frodo," as "Frodo ,": real entries instead
-        return "sentencepiece-bpe-metaspace"
-    if mtype == "BPE" and (has(data.get("pre_tokenizer"), "Metaspace") or has(data.get("normalizer"), "Prepend")):
-        return "sentencepiece-bpe"
-    if mtype == "Unigram":
-        return "unigram"
-    if mtype == "WordPiece":
-        return "wordpiece"
-    return f"other ({mtype})"
-
-
-def _metaspace_always(node) -> bool:
-    """Whether a pre-tokenizer is (or has) Metaspace with prepend_scheme "always"."""
-    if not isinstance(node, dict):
-        return False
-    if node.get("type") == "Metaspace":
-        return node.get("prepend_scheme", "always") == "always" and node.get("add_prefix_space", True)
-    return any(_metaspace_always(n) for n in node.get("pretokenizers") or [])
-
-
-SUPPORTED_FAMILIES = ("byte-level-bpe", "sentencepiece-bpe", "sentencepiece-bpe-metaspace", "unigram", "wordpiece")
 
 
 def convert_slow_tokenizer(directory: str | Path) -> tuple[dict, str]:
@@ -335,6 +284,8 @@ class TokenizerEditor:
         cfg = self.dir / TOKENIZER_CONFIG
         self.config = read_json(cfg) if cfg.exists() else None
         self.family = detect_family(self.data)
+        fam = family_of(self.data)
+        self.kind = fam(self) if fam is not None else None  # the family record: how words become entries
         self.model = self.data["model"]
         raw_vocab = self.model.get("vocab")
         if isinstance(raw_vocab, dict):
@@ -345,7 +296,6 @@ class TokenizerEditor:
             self.vocab = {}
         self.added = {t["content"]: t for t in self.data.get("added_tokens") or []}
         self._encoded: dict[str, list[int]] = {}  # text -> ids under this tokenizer (see prefetch)
-        self._redundant: bool | None = None  # see _merges_are_redundant
         self._check_ids()
 
     def _check_ids(self) -> None:
@@ -382,207 +332,25 @@ class TokenizerEditor:
             encs = _encode_batch(self.tok)(texts, add_special_tokens=False)
             self._encoded.update(zip(texts, (e.ids for e in encs)))
 
-    def _normalize(self, text: str) -> str:
+    @property
+    def file(self) -> Path:
+        """The tokenizer.json this editor reads (for messages)."""
+        return self.dir / TOKENIZER_FILE
+
+    def normalize(self, text: str) -> str:
+        """`text` as the tokenizer's normalizer writes it."""
         return self.tok.normalizer.normalize_str(text) if self.tok.normalizer is not None else text
 
-    def _pretokenize(self, text: str) -> list[str]:
-        text = self._normalize(text)
-        if self.tok.pre_tokenizer is None:
-            return [text]
-        return [p for p, _ in self.tok.pre_tokenizer.pre_tokenize_str(text)]
-
-    def _merges_are_redundant(self) -> bool:
-        """True when ignore_merges cannot change how existing text tokenizes.
-
-        With ignore_merges a pre-token that is a whole vocabulary entry maps to that entry; that
-        only differs from plain BPE for an entry that BPE does not rebuild as itself. Computed once.
-        """
-        if self._redundant is None:
-            self._redundant = self.model.get("ignore_merges") or self._all_rebuilt()
-        return self._redundant
-
-    def _all_rebuilt(self) -> bool:
-        bpe = self.tok.model
-        for piece in self.vocab:
-            if piece in self.added:
-                continue
-            if [t.value for t in bpe.tokenize(piece)] != [piece]:
-                logger.info("vocabulary entry %r is not rebuilt by its merges", piece)
-                return False
-        return True
-
-    def _unigram_score(self) -> float:
-        """The score of new Unigram pieces: that of the most likely ordinary piece.
-
-        Scores are log probabilities (<= 0), so a whole-word piece with the best score beats any
-        split of the word into two or more pieces, and the word is one token wherever it occurs.
-        """
-        scores = [s for p, s in self.model["vocab"] if p not in self.added]
-        return max(scores) if scores else 0.0
-
-    def _garbled(self, form: str) -> bool:
-        """Byte-level BPE: whether the ByteLevel decoder would read an added token `form` as bytes
-        ("Éowyn" as "\ufffdowyn"): all its characters are byte symbols, not all ASCII (ASCII byte
-        symbols stand for themselves)."""
-        return not form.isascii() and all(c in _BYTE_ALPHABET for c in form)
-
-    def _whole(self, form: str) -> bool:
-        """Byte-level BPE: whether `form` is one pre-token, so a vocabulary entry for it can be produced."""
-        return self._pretokenize(form) == [byte_level(form)]
-
-    def _split_risks(self, words: list[str]) -> dict[str, str]:
-        """The new forms (" return") that are part of an existing token (byte-level BPE: or of the new
-        entry of a garbled bare form), each with one such piece: an added token would split it.
-        Byte-level BPE makes such forms vocabulary entries where it can; SentencePiece BPE has only
-        added tokens, so there they are reported."""
-        pieces = [p for p in self.vocab if p not in self.added]
-        if self.family == "sentencepiece-bpe":
-            spelled = {f.replace(" ", "▁"): f for w in words for f in (w, " " + w)}
-        else:
-            spelled = {byte_level(f): f for w in words for f in (w, " " + w)}
-            pieces += [byte_level(w) for w in words if self._garbled(w) and self._whole(w)]
-        return {spelled[e]: piece for e, piece in parts_of(pieces, set(spelled)).items()}
-
-    def _pair(self, form: str) -> tuple[str, str] | None:
-        """Byte-level BPE: the two model pieces the original tokenizer splits `form` into, if two
-        (Metaspace BPE: the two pieces BPE splits its piece into, "Frodo" inside "▁(Frodo")."""
-        if self.family == "sentencepiece-bpe-metaspace":
-            toks = [t.value for t in self.tok.model.tokenize(form.replace(" ", "▁"))]
-            if len(toks) != 2:
-                return None
-            a, b = toks
-        else:
-            ids = self.encode(form)
-            if len(ids) != 2:
-                return None
-            a, b = (self.tok.id_to_token(i) for i in ids)
-        if any(x is None or x in self.added or x not in self.vocab for x in (a, b)):
-            return None
-        return a, b
-
-    def _demote_shadowed(self, new: list[NewToken]) -> None:
-        """Byte-level BPE: a new entry (vocab or merge) that contains a new added token (" Resto" and
-        an added "Resto", "tion" and an added "tio") would be split by it, since added tokens are
-        matched first: make the entry an added token too (the longer one is then matched first),
-        until no entry contains one."""
-        while True:
-            added = {byte_level(t.form) for t in new if t.mechanism == "added"}
-            if not added:
-                return
-            index = FormIndex(added)  # once per round, not per entry: linear in the number of words
-            shadowed = [t for t in new if t.mechanism in ("vocab", "merge") and index.inside(t.piece)]
-            if not shadowed:
-                return
-            for t in shadowed:
-                logger.info("token %r: %r contains a new added token; it becomes an added token", t.text, t.form)
-                t.mechanism, t.piece = "added", t.form
-
-    def _splits_word_start(self, w: str) -> bool:
-        """Byte-level BPE: whether the original tokenizer has " w" as one model token, which an added
-        token `w` would split (added tokens are matched in raw text before pre-tokenization)."""
-        if self.family != "byte-level-bpe":
-            return False
-        ids = self.encode(" " + w)
-        return len(ids) == 1 and ids[0] == self.vocab.get(byte_level(" " + w))
-
-    def _why_not_entry(self, form: str) -> str:
-        """Why `form` cannot be a vocabulary entry (byte-level BPE: one with ignore_merges)."""
-        if self.family == "sentencepiece-bpe":
-            return "SentencePiece BPE takes new words only as added tokens"
-        if not self._whole(form):
-            return f"the pre-tokenizer splits {form!r}"
-        return "ignore_merges would change how this tokenizer splits existing text"
-
-    def _text(self, piece: str) -> str:
+    def text_of(self, piece: str) -> str:
         """The text a model piece stands for ("Ġreturn" -> " return")."""
         return self.tok.decoder.decode([piece]) if self.tok.decoder is not None else piece
 
-    def _word_entries(self, w: str, risks: dict[str, str]) -> list[tuple[str, str, str, bool]]:
-        """(form, piece, mechanism, normalized) of the entries that make `w` one token, per family;
-        `risks` as `_split_risks` gives them (byte-level BPE)."""
-        fam = self.family
-        forms = [w, " " + w]
-        if fam == "byte-level-bpe":
-            out = []
-            for form in forms:
-                garbled = self._garbled(form)
-                whole = (garbled or form in risks) and self._whole(form)
-                # A vocabulary entry with ignore_merges is produced only for a whole pre-token, never
-                # inside " return" or "returned". Where ignore_merges would change existing text, a
-                # form BPE splits into two existing pieces gets one merge instead, at the lowest
-                # priority: it applies only where BPE would otherwise stop at those two pieces, so
-                # never inside " return" (already one token), only where the text has the form
-                # ("returned" -> "return" + "ed"), and loaders that rebuild the tokenizer from vocab +
-                # merges keep it. A word whose garbled bare form can be neither is skipped (plan).
-                if whole and self._merges_are_redundant():
-                    out.append((form, byte_level(form), "vocab", False))
-                elif whole and self._pair(form):
-                    out.append((form, byte_level(form), "merge", False))
-                elif whole and garbled:
-                    out.append((form, byte_level(form), "vocab", False))
-                elif garbled:
-                    raise _Skip(f"the pre-tokenizer splits it ({' | '.join(self._text(p) for p in self._pretokenize(form))}), "
-                                "so it can only be an added token, which the ByteLevel decoder would garble (all its "
-                                "characters are byte symbols)")
-                else:
-                    out.append((form, form, "added", False))
-            return out
-        if fam == "sentencepiece-bpe":
-            return [(f, f, "added", False) for f in forms]
-        if fam == "sentencepiece-bpe-metaspace":
-            out = []
-            for form in forms:
-                piece = form.replace(" ", "▁")
-                if self.has(piece):
-                    continue
-                if self._pair(form) is None:
-                    pieces = [t.value for t in self.tok.model.tokenize(piece)]
-                    raise _Skip(f"this SentencePiece BPE (Metaspace decoder, no byte fallback) takes a new word only as "
-                                f"one merge of two existing pieces, and {piece!r} is {len(pieces)} pieces {pieces}; "
-                                "added tokens would decode with a space before the punctuation after them")
-                out.append((form, piece, "merge", False))
-            return out
-        if fam == "unigram":
-            pre = self._pretokenize(" " + w)
-            if len(pre) == 1 and not any(c.isspace() for c in pre[0]):
-                spaced = pre[0]  # "▁Frodo"; the bare form follows punctuation inside a pre-token: "▁(Frodo"
-                bare = spaced[1:] if spaced.startswith("▁") and len(spaced) > 1 else spaced
-                return [(w, bare, "vocab", False), (" " + w, spaced, "vocab", False)]
-            logger.warning("token %r: the pre-tokenizer splits it; it becomes added tokens, and a word-boundary "
-                           "piece may follow it", w)
-            return [(f, f, "added", False) for f in forms]
-        if fam == "wordpiece":
-            norm = self._normalize(w)
-            pre = self._pretokenize(w)
-            if pre == [norm]:
-                return [(w, norm, "vocab", False)]
-            if any(c.isspace() for c in norm.strip()) and not any(c.isspace() for c in w):
-                # the normalizer puts spaces inside it (around CJK characters): matched on the raw text
-                return [(w, w, "added", False)]
-            return [(w, norm.strip(), "added", norm != w)]
-        raise InputError(
-            f"{self.dir / TOKENIZER_FILE}: {fam} tokenizers are not supported (supported: "
-            f"{', '.join(SUPPORTED_FAMILIES)}); open an issue with the model name"
-        )
-
-    def _normalization(self, w: str, claimed: dict[str, str]) -> tuple[str | None, str | None]:
-        """On families whose entries are matched on normalized text: (the normalized form when it
-        differs from `w`, None), or (None, why `w` is skipped): its normalized form is already a
-        token (an uncased "Hello" is "hello": already there, so one list works on cased and
-        uncased models), or that of another new word."""
-        if self.family not in ("wordpiece", "unigram"):
-            return None, None
-        norm = self._normalize(w)
-        if norm == w:
-            return None, None
-        key = norm.strip()
-        if key in claimed:
-            return None, f"the tokenizer normalizes it to {key!r}, the same as token {claimed[key]!r}"
-        if self.family == "wordpiece" and self.has(key) and not self.has(w):
-            return None, (f"already in the vocabulary as {key!r} (the tokenizer normalizes text, e.g. lowercases, "
-                          "before lookup)")
-        claimed[key] = w
-        return key, None
+    def pretokenize(self, text: str) -> list[str]:
+        """The pre-tokens of `text` after normalization, in the model's spelling ("Ġreturn")."""
+        text = self.normalize(text)
+        if self.tok.pre_tokenizer is None:
+            return [text]
+        return [p for p, _ in self.tok.pre_tokenizer.pre_tokenize_str(text)]
 
     def reusable_ids(self, rows: int) -> list[tuple[int, str | None]]:
         """Rows that --reuse-reserved may take, in order: rows no token maps to, then reserved
@@ -649,14 +417,7 @@ class TokenizerEditor:
                 i = next(counter)
             numbered.append(replace(t, id=i))
         new, notes = numbered, list(notes)
-        set_ignore = any(t.mechanism == "vocab" for t in new) and self.family == "byte-level-bpe" \
-            and not self.model.get("ignore_merges")
-        if set_ignore and not self._merges_are_redundant():
-            raise InputError(
-                f"{self.dir / TOKENIZER_FILE}: this BPE vocabulary has entries its merges do not rebuild, so "
-                f"ignore_merges would change existing tokenization; tokens {sorted({t.text for t in new if t.mechanism == 'vocab'})} "
-                "cannot be added safely. Open an issue with the model name"
-            )
+        set_ignore = self.kind is not None and self.kind.needs_ignore_merges(new)
         if set_ignore:
             old_class = (self.config or {}).get("tokenizer_class")
             if old_class not in FILE_AS_WRITTEN_CLASSES:
@@ -665,7 +426,7 @@ class TokenizerEditor:
                     "written (model-specific classes rebuild it from vocab and merges and would drop ignore_merges)"
                 )
         gap = None
-        if self.family == "unigram" and new and start > len(self.model["vocab"]):
+        if isinstance(self.model.get("vocab"), list) and new and start > len(self.model["vocab"]):  # Unigram
             gap = (len(self.model["vocab"]), start)
             taken = {t["id"] for t in self.added.values()}
             free = [i for i in range(*gap) if i not in taken]
@@ -748,7 +509,7 @@ class TokenizerEditor:
             w = next(iter(expect))
             if j in decode and w not in failures:
                 want, got = decode[j]
-                if got != want and want in (text, self._normalize(text)):
+                if got != want and want in (text, self.normalize(text)):
                     failures[w] = f"{text!r} would decode as {got!r}, but the original tokenizer gives {want!r}"
         return failures
 
@@ -760,11 +521,13 @@ class TokenizerEditor:
         notes: list[str] = []
         claimed: dict[str, str] = {}
         planned: set[str] = set()
-        blocked: dict[str, str] = {}  # word -> why its bare form can be neither an added token nor an entry
-        unsafe: list[str] = []  # words whose garbled bare form cannot be an entry here (see UNSAFE_FORM)
-        score = self._unigram_score() if self.family == "unigram" else None
+        kind = self.kind
+        if kind is None and not special:
+            raise InputError(f"{self.file}: {self.family} tokenizers are not supported (supported: "
+                             f"{', '.join(SUPPORTED_FAMILIES)}); open an issue with the model name")
         self.prefetch([f for w in words for f in ((w,) if special else (w, " " + w))])
-        risks = self._split_risks(words) if self.family in ("byte-level-bpe", "sentencepiece-bpe") and not special else {}
+        if not special:
+            kind.prepare(words)
         for w in words:
             existing = self.added.get(w)
             if existing is not None and existing.get("special"):
@@ -775,63 +538,34 @@ class TokenizerEditor:
                     skipped.append({"token": w, "reason": "already in the vocabulary (not promoted to special)"})
                     continue
                 new.append(NewToken(w, w, w, -1, "special", self.encode(w),
-                                    score=0.0 if score is not None else None))
+                                    score=kind.special_score if kind is not None else None))
                 continue
-            norm, why = self._normalization(w, claimed)
+            norm, why = kind.normalization(w, claimed)
+            if why is None:
+                mine: list[NewToken] = []
+                try:
+                    for e in kind.entries(w):
+                        if self.has(e.piece) or e.piece in planned or (e.mechanism == "added"
+                                                                       and len(self.encode(e.form)) == 1):
+                            continue  # this form is one token already
+                        if kind.admit(w, e):
+                            mine.append(NewToken(w, e.form, e.piece, -1, e.mechanism, self.encode(e.form),
+                                                 e.normalized, e.score))
+                except Skip as e:
+                    why = str(e)
+                else:
+                    why = None if mine else kind.skip_reason(w) or "already in the vocabulary"
             if why is not None:
                 skipped.append({"token": w, "reason": why})
                 continue
-            added_any = False
-            try:
-                entries = self._word_entries(w, risks)
-            except _Skip as e:
-                skipped.append({"token": w, "reason": str(e)})
-                continue
-            for form, piece, mech, normalized in entries:
-                if self.has(piece) or piece in planned or (mech == "added" and len(self.encode(form)) == 1):
-                    continue  # this form is one token already
-                if mech == "added" and form == w and self._splits_word_start(w):
-                    blocked[w] = self._why_not_entry(w)
-                    continue
-                if mech == "vocab" and self.family == "byte-level-bpe" and not self._merges_are_redundant():
-                    unsafe.append(w)  # a garbled bare form: neither an added token nor an entry is safe
-                    break  # the word is skipped whole (its word-start form alone would not be one word)
-                planned.add(piece)
-                new.append(NewToken(w, form, piece, -1, mech, self.encode(form), normalized,
-                                    score if mech == "vocab" else None))
-                added_any = True
-            if w in blocked:
-                skipped.append({"token": w, "reason": (
-                    f"already one token after a space ({' ' + w!r}); its bare form would split that token as an "
-                    f"added token, and cannot be a vocabulary entry: {blocked[w]}")})
-            elif unsafe and unsafe[-1] == w:
-                skipped.append({"token": w, "reason": UNSAFE_FORM})
-            elif not added_any:
-                skipped.append({"token": w, "reason": "already in the vocabulary"})
-            elif norm is not None and any(t.piece == norm for t in new[-2:] if t.text == w):
+            planned.update(t.piece for t in mine)
+            new.extend(mine)
+            if norm is not None and any(t.piece == norm for t in mine):
                 note = f"token {w!r} is stored as {norm!r}: the tokenizer normalizes text (e.g. lowercases) before lookup"
                 notes.append(note)
                 logger.warning("%s", note)
-        if self.family == "byte-level-bpe":
-            self._demote_shadowed(new)
-        if blocked:
-            w = next(iter(blocked))
-            note = (f"{len(blocked)} token(s) skipped (e.g. {w!r}): already one token after a space; the bare form "
-                    f"would split that token as an added token, and cannot be a vocabulary entry ({blocked[w]})")
-            notes.append(note)
-            logger.warning("%s", note)
-        if unsafe:
-            note = f"{len(unsafe)} token(s) skipped (e.g. {unsafe[0]!r}): {UNSAFE_FORM}"
-            notes.append(note)
-            logger.warning("%s", note)
-        splitting = [t for t in new if t.mechanism == "added" and t.form in risks]
-        if splitting:
-            t = splitting[0]
-            note = (f"{len(splitting)} added token(s) (e.g. {t.form!r}) are also part of existing tokens (e.g. "
-                    f"{self._text(risks[t.form])!r}), which now split where they occur; they cannot be "
-                    f"vocabulary entries here ({self._why_not_entry(t.form)})")
-            notes.append(note)
-            logger.warning("%s", note)
+        if not special:
+            kind.finish(new, notes)
         return new, skipped, notes
 
     def edited(self, plan: TokenizerPlan) -> dict:
@@ -850,11 +584,11 @@ class TokenizerEditor:
         if plan.set_ignore_merges:
             model["ignore_merges"] = True
         merged = sorted((t for t in plan.new if t.mechanism == "merge"), key=lambda t: t.id)
-        if merged:  # appended last: the lowest priority (see _word_entries)
+        if merged:  # appended last: the lowest priority (see families/byte_level_bpe.py)
             merges = model["merges"] = list(model.get("merges") or [])
             as_text = bool(merges) and isinstance(merges[0], str)  # "a b" (older files) or ["a", "b"]
             for t in merged:
-                pair = self._pair(t.form)
+                pair = self.kind.merge_pair(t.form)
                 if pair is None or "".join(pair) != t.piece:
                     raise VocabSurgeonError(f"internal: token {t.text!r} has no merge pair; nothing was written")
                 merges.append(" ".join(pair) if as_text else list(pair))
