@@ -504,7 +504,7 @@ class TokenizerEditor:
                     continue
                 alone = text in (w, " " + w)  # the word alone is that one token, with no stray "▁" or "Ġ"
                 if sum(i in ids_of[w] for i in ids) != n or (alone and len(ids) != 1):
-                    pieces = [tok.id_to_token(i) for i in ids]
+                    pieces = [tok.id_to_token(i) for i in ids[:12]] + (["..."] if len(ids) > 12 else [])
                     mechs = "/".join(dict.fromkeys(t.mechanism for t in by_word[w]))
                     failures[w] = (f"would not be one token in {text!r} (it would encode as {pieces}): the {self.family} "
                                    f"entries ({mechs}) cannot make it one token there")
