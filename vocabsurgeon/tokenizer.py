@@ -35,8 +35,8 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from .checkpoint import read_json
-from .families import SUPPORTED_FAMILIES, Skip, detect_family, family_of
 from .errors import InputError, VocabSurgeonError
+from .families import SUPPORTED_FAMILIES, Skip, detect_family, family_of
 from .writer import write_json
 
 logger = logging.getLogger(__name__)
@@ -513,7 +513,46 @@ class TokenizerEditor:
                 want, got = decode[j]
                 if got != want and want in (text, self.normalize(text)):
                     failures[w] = f"{text!r} would decode as {got!r}, but the original tokenizer gives {want!r}"
+        loader = self._as_transformers_loads(plan)
+        if loader is not None:  # the class rebuilds the tokenizer: it must tokenize as the file does
+            cls = self.edited_config(plan).get("tokenizer_class")
+            for j, rebuilt in enumerate(_encode_ids(loader, texts)):
+                text, expect, _ = cases[j]
+                if rebuilt != got_ids[j]:
+                    for w in expect:
+                        pieces = [loader.id_to_token(i) for i in rebuilt[:12]]
+                        failures.setdefault(w, f"transformers' {cls} rebuilds the tokenizer on load and would encode "
+                                               f"{text!r} as {pieces}")
         return failures
+
+    def _as_transformers_loads(self, plan: TokenizerPlan) -> Tokenizer | None:
+        """The edited tokenizer as transformers builds it on load, where the written tokenizer_class
+        rebuilds it from vocab, merges and scores (GPT2Tokenizer, LlamaTokenizer, BertTokenizer, ...);
+        None where the class loads tokenizer.json as written, or no class is named."""
+        cfg = self.edited_config(plan)
+        cls = (cfg or {}).get("tokenizer_class")
+        if cls is None or cls in FILE_AS_WRITTEN_CLASSES or self.converted_from:
+            return None
+        import shutil
+        import tempfile
+
+        from transformers import AutoTokenizer
+
+        with tempfile.TemporaryDirectory(prefix="vocabsurgeon-plan-") as d:
+            for f in self.dir.iterdir():  # what the loader reads besides the two files written here
+                if f.is_file() and (f.suffix == ".json" or f.name == CHAT_TEMPLATE_FILE) \
+                        and f.name not in (TOKENIZER_FILE, TOKENIZER_CONFIG):
+                    shutil.copyfile(f, Path(d) / f.name)
+            write_json(Path(d) / TOKENIZER_FILE, self.edited(plan))
+            write_json(Path(d) / TOKENIZER_CONFIG, cfg)
+            try:
+                tok = AutoTokenizer.from_pretrained(d, trust_remote_code=False)
+            except Exception as e:  # transformers raises many types; the file check above still holds
+                logger.warning("transformers cannot load the edited tokenizer in memory (%s: %s); only tokenizer.json "
+                               "was checked", type(e).__name__, e)
+                return None
+        backend = getattr(tok, "backend_tokenizer", None)
+        return unpadded(Tokenizer.from_str(backend.to_str())) if backend is not None else None
 
     def _decoded(self, texts: list[str]) -> list[str]:
         """How the original tokenizer decodes its own ids of each text (cached: the same texts are
