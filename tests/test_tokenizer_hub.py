@@ -50,6 +50,9 @@ CATEGORIES = {
     "chat": ["assistant", "system", "user"],
 }
 ALL_WORDS = [w for ws in CATEGORIES.values() for w in ws]
+# Made-up words over the same scripts and symbols, for what the lists above do not think of.
+DRAWN = st.text(alphabet="abcXYZéüßø°µ²±%-_:=.()«»’'0123456789абвЖשלוםمرح東京大학😀🏽\u200d", min_size=1, max_size=7).filter(
+    lambda w: w.strip() == w)
 
 
 def _metaspace_bpe() -> PreTrainedTokenizerFast:
@@ -146,8 +149,8 @@ def check_cell(src: Path, out: Path, words: list[str]) -> None:
 def test_every_family_variant_and_word_category_keeps_the_invariants(family, variant, tokenizer_dirs, tmp_path_factory):
     src = tokenizer_dirs(family, variant)
 
-    @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-    @given(st.lists(st.sampled_from(ALL_WORDS), min_size=1, max_size=8, unique=True))
+    @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+    @given(st.lists(st.sampled_from(ALL_WORDS) | DRAWN, min_size=1, max_size=14, unique=True))
     def cell(words):
         check_cell(src, tmp_path_factory.mktemp("out"), words)
 

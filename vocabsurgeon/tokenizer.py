@@ -485,9 +485,9 @@ class TokenizerEditor:
             if by_word[w][0].mechanism == "special":
                 cases.append((w, {w: 1}, False))
         for i, w in enumerate(plain):
-            # "w, w." is the bare form at a start and before punctuation, and the word-start form before it
-            cases += [(w, {w: 1}, False), (" " + w, {w: 1}, False), (f"({w})", {w: 1}, True),
-                      (f"{w}, {w}.", {w: 2}, True)]
+            # the bare form at a start, before "." and "," and in brackets; the word-start form before "."
+            cases += [(w, {w: 1}, False), (" " + w, {w: 1}, False), (f"{w}.", {w: 1}, False),
+                      (f"({w})", {w: 1}, True), (f"{w}, {w}.", {w: 2}, True)]
             nxt = plain[(i + 1) % len(plain)]
             if nxt != w and w not in nxt and nxt not in w:
                 cases.append((f"{w} {nxt}", {w: 1, nxt: 1}, False))
