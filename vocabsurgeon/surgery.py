@@ -717,7 +717,7 @@ def add_tokens(
         revision, token: the Hub revision and token when `src` is a repo id (token None: HF_TOKEN or
             the stored login).
         **options: fields of `AddOptions` (init_input, init_output, seed, eps, special, link, force,
-            device, embedding_key, lm_head_key, pad_to_multiple_of, init).
+            device, embedding_key, lm_head_key, pad_to_multiple_of, init, reuse_reserved, strict).
 
     Returns:
         AddResult; `result.to_dict()` is what `vocabsurgeon add --json` prints.
