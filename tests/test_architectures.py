@@ -427,7 +427,8 @@ def test_sentence_transformers_layout_is_carried_over_and_loads(tmp_path):
     assert json.loads(r.stdout)["failures"][0].startswith("hidden states of old text changed by up to ")
 
 
-def test_sentence_transformers_loads_and_encodes_the_output(tmp_path):
+@pytest.mark.parametrize("padded", [False, True])
+def test_sentence_transformers_loads_and_encodes_the_output(padded, tmp_path):
     pytest.importorskip("sentence_transformers", reason="sentence-transformers is not installed")
     from sentence_transformers import SentenceTransformer, models
 
@@ -437,6 +438,13 @@ def test_sentence_transformers_loads_and_encodes_the_output(tmp_path):
     for f in src.glob("model*.safetensors*"):  # re-save the root transformer in shards
         f.unlink()
     T.AutoModel.from_pretrained(hf).save_pretrained(src, max_shard_size=SHARD)
+    if padded:  # as all-MiniLM-L6-v2 ships it: every encode padded to 128 ids and truncated there
+        data = json.loads((src / "tokenizer.json").read_text())
+        pad_id = T.AutoTokenizer.from_pretrained(src).pad_token_id
+        data["padding"] = {"strategy": {"Fixed": 128}, "direction": "Right", "pad_to_multiple_of": None,
+                           "pad_id": pad_id, "pad_type_id": 0, "pad_token": data["added_tokens"][0]["content"]}
+        data["truncation"] = {"direction": "Right", "max_length": 128, "strategy": "LongestFirst", "stride": 0}
+        (src / "tokenizer.json").write_text(json.dumps(data))
     before = SentenceTransformer(str(src), device="cpu")
     out = tmp_path / "out"
     summary = _add(src, out)
@@ -447,6 +455,9 @@ def test_sentence_transformers_loads_and_encodes_the_output(tmp_path):
                                before.encode([TEXT_OLD], convert_to_tensor=True), rtol=0, atol=1e-6)
     ids = after.tokenize([" " + WORDS[0]])["input_ids"][0].tolist()
     assert ids == [t["id"] for t in summary["added"] if t["form"] == " " + WORDS[0]]
+    if padded:  # the user's settings are kept in the written tokenizer.json
+        written, given = (json.loads((d / "tokenizer.json").read_text()) for d in (out, src))
+        assert (written["padding"], written["truncation"]) == (given["padding"], given["truncation"])
     assert torch.isfinite(after.encode([TEXT_NEW], convert_to_tensor=True)).all()
 
 

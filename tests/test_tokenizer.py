@@ -419,7 +419,7 @@ def test_byte_level_without_ignore_merges_uses_a_merge_or_skips(tmp_path):
     src = _bytelevel_checkpoint(tmp_path / "src", lambda data: data["model"]["merges"].pop())
     out = tmp_path / "out"
     ed = TokenizerEditor(src)
-    assert not ed._merges_are_redundant()
+    assert not ed.kind.merges_are_redundant()
     pair = _one_token_after_a_space(ed.vocab)  # "return": two pieces, " return" one token
     long = next(w for w in ("default", "argument", "from", "not")
                 if "Ġ" + w in ed.vocab and w not in ed.vocab and len(ed.encode(w)) >= 3)
@@ -623,22 +623,26 @@ def test_uncased_wordpiece_normalizes_and_tells_the_user(built, tmp_path, caplog
     assert tok("FRODO frodo Frodo", add_special_tokens=False).input_ids == [plan.new[0].id] * 3
 
 
-def test_uncased_wordpiece_refuses_a_token_that_takes_over_a_word(built, tmp_path):
+def test_uncased_wordpiece_skips_a_word_whose_normalized_form_is_already_a_token(built, tmp_path):
+    # "The" on an uncased tokenizer is "the": already there, like "the" itself, so one list works on
+    # cased and uncased models (issue 14, item 2: this replaces the earlier refusal).
     src = built("wordpiece-uncased")
-    the = TokenizerEditor(src).vocab["the"]
-    r = CliRunner().invoke(cli, ["add", "-t", "The", "-t", "Frodo", str(src), str(tmp_path / "out")])
-    assert r.exit_code == 2
-    assert r.stderr == (
-        f"Error: token 'The': the tokenizer normalizes it (e.g. lowercases: uncased) to 'the', which is already "
-        f"token {the}; adding it would take over that word. Remove it from the tokens\n"
-    )
-    assert not (tmp_path / "out").exists()
+    summary = _add(src, tmp_path / "out", "-t", "The", "-t", "the", "-t", "Frodo")
+    assert summary["skipped"] == [
+        {"token": "The", "reason": "already in the vocabulary as 'the' (the tokenizer normalizes text, e.g. "
+                                   "lowercases, before lookup)"},
+        {"token": "the", "reason": "already in the vocabulary"}]
+    assert [a["piece"] for a in summary["added"]] == ["frodo"]
+    r = CliRunner().invoke(cli, ["add", "-t", "The", str(src), str(tmp_path / "out2")])
+    assert r.exit_code == 2 and r.stderr.strip().splitlines()[-1] == (
+        "Error: every token is already in the vocabulary; nothing to add (see --dry-run for details)")
 
 
-def test_uncased_wordpiece_refuses_two_tokens_that_normalize_alike(built):
-    with pytest.raises(InputError, match=r"^token 'FRODO': the tokenizer normalizes it to 'frodo', the same as "
-                                          r"token 'Frodo'; remove one of them$"):
-        TokenizerEditor(built("wordpiece-uncased")).plan(["Frodo", "FRODO"])
+def test_uncased_wordpiece_skips_the_second_of_two_words_that_normalize_alike(built):
+    plan = TokenizerEditor(built("wordpiece-uncased")).plan(["Frodo", "FRODO"])
+    assert [t.piece for t in plan.new] == ["frodo"]
+    assert plan.skipped == [{"token": "FRODO", "reason": "the tokenizer normalizes it to 'frodo', the same as token "
+                                                         "'Frodo'"}]
 
 
 def test_cased_wordpiece_adds_a_capitalized_form_of_an_existing_word(built, tmp_path):

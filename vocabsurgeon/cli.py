@@ -205,6 +205,7 @@ def two_checkpoint_hub_options(names: str):
               help="Noise scale of mean-noise: new rows ~ N(mu, eps * Sigma).")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of every random init (deterministic output).")
 @click.option("--special", is_flag=True, help="Add the tokens as special tokens (skipped by decode(skip_special_tokens)).")
+@click.option("--strict", is_flag=True, help="Exit 2 before writing when any token is skipped (all or nothing).")
 @click.option("--pad-to-multiple-of", type=int,
               help="Pad the rows to a multiple of N (tensor cores); padding holds the mean row.")
 @click.option("--reuse-reserved", is_flag=True,
@@ -234,7 +235,7 @@ def two_checkpoint_hub_options(names: str):
 @validation_options
 @common_options
 @click.pass_context
-def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, seed, special, pad_to_multiple_of,
+def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, seed, special, strict, pad_to_multiple_of,
         link, no_fsync, force, device, embedding_key, lm_head_key, dry_run, as_json, reuse_reserved, no_validate,
         revision, hf_token, push_to, push_revision, private, create_pr, message, **validation):
     """Add tokens to the checkpoint SRC and write the new checkpoint to OUT.
@@ -292,7 +293,7 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
     options = AddOptions(
         init=init, init_input=init_input, init_output=init_output, eps=eps, seed=seed, special=special,
         link=link, fsync=not no_fsync, force=force, device=device, embedding_key=embedding_key, lm_head_key=lm_head_key,
-        pad_to_multiple_of=pad_to_multiple_of, reuse_reserved=reuse_reserved,
+        pad_to_multiple_of=pad_to_multiple_of, reuse_reserved=reuse_reserved, strict=strict,
     )
     target = open_target(src, options, revision=revision, token=hf_token)
     quiet = is_quiet(ctx)

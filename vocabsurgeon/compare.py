@@ -32,7 +32,7 @@ from .checkpoint import Checkpoint
 from .errors import InputError
 from .filenames import TOKENIZER_FILE
 from .hub import Source, resolve_checkpoint, resolve_checkpoints
-from .tokenizer import BYTE_SYMBOLS
+from .tokenizer import BYTE_SYMBOLS, unpadded
 
 logger = logging.getLogger(__name__)
 
@@ -550,9 +550,7 @@ def find_row(space: Space, query: str) -> int:
         raise InputError(f"{query!r}: {space.path} has no {TOKENIZER_FILE}; name rows by id, e.g. '#42'")
     from tokenizers import Tokenizer
 
-    tok = Tokenizer.from_file(str(space.path / TOKENIZER_FILE))
-    tok.no_padding()  # a sentence-transformers tokenizer.json pads every encoding to 128 ids
-    tok.no_truncation()
+    tok = unpadded(Tokenizer.from_file(str(space.path / TOKENIZER_FILE)))  # padding would append pad ids
     ids = tok.encode(query, add_special_tokens=False).ids
     model = json.loads(tok.to_str())["model"]
     unk = model.get("unk_id") if model.get("type") == "Unigram" else tok.token_to_id(model.get("unk_token") or "")

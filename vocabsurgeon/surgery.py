@@ -58,6 +58,7 @@ class AddOptions:
     lm_head_key: str | None = None
     pad_to_multiple_of: int | None = None
     reuse_reserved: bool = False
+    strict: bool = False  # any skipped token is an error (exit 2), raised while planning: before writing
 
 
 @dataclass
@@ -240,6 +241,10 @@ def plan_tokens(target: Target, tokens: list[str]) -> Plan:
     # New ids start after the last row: rows past the tokenizer (padding, reserved) keep their values.
     reuse = editor.reusable_ids(layout.rows) if options.reuse_reserved else None
     tplan = editor.plan(tokens, special=options.special, first_id=layout.rows, reuse=reuse)
+    if options.strict and tplan.skipped:
+        first = tplan.skipped[0]
+        raise InputError(f"--strict: {len(tplan.skipped)} token(s) would be skipped, e.g. {first['token']!r}: "
+                         f"{first['reason']}; nothing was written (drop --strict or remove them; see --dry-run)")
     dropped = [f for f in STALE_SLOW_FILES if (ckpt.path / f).is_file()] if tplan.new else []
     if dropped:
         tplan.notes.append(
@@ -729,7 +734,7 @@ def add_tokens(
         revision, token: the Hub revision and token when `src` is a repo id (token None: HF_TOKEN or
             the stored login).
         **options: fields of `AddOptions` (init_input, init_output, seed, eps, special, link, force,
-            device, embedding_key, lm_head_key, pad_to_multiple_of, init).
+            device, embedding_key, lm_head_key, pad_to_multiple_of, init, reuse_reserved, strict).
 
     Returns:
         AddResult; `result.to_dict()` is what `vocabsurgeon add --json` prints.

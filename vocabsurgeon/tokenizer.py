@@ -3,16 +3,12 @@
 Plain `add_tokens` makes an *added token* "Frodo", matched before pre-tokenization: on byte-level
 BPE " Frodo" then costs "Ġ" + "Frodo", on SentencePiece "▁" + "Frodo" (and "Frodo, and" decodes
 as "Frodo , and"). vocabsurgeon gives every word two entries, the bare form ("Frodo": sentence
-start, after punctuation) and the word-start form (" Frodo": after a space), by the mechanism
-that each family, and every loader of it, honours:
-
-| family | mechanism |
-|---|---|
-| byte-level BPE (GPT-2, Llama 3, Qwen) | added tokens "Frodo" and " Frodo" (the space is part of the token); a form that an added token would break is a real entry with `ignore_merges` instead, produced only for a whole pre-token: a bare form the ByteLevel decoder would garble (all its characters are byte symbols, e.g. "Éowyn" -> "Ã\x89owyn"), or a form inside an existing token ("return" inside " return": added tokens match anywhere). Where `ignore_merges` would change existing tokenization (some entries are not rebuilt by their merges), such a form that BPE splits into two pieces gets a real entry and one merge, appended last, instead; a word whose bare form would split its own word-start token, or would be garbled, and can be neither is skipped |
-| SentencePiece-style BPE (Llama 2, Mistral, Gemma: Metaspace "▁", byte fallback) | added tokens "Frodo" and " Frodo" |
-| SentencePiece Unigram (T5) | real pieces "▁Frodo" and "Frodo" with the score of the most likely piece |
-| WordPiece (BERT), cased or uncased | a real entry "Frodo" ("frodo" when the tokenizer lowercases: the user is told; a token that would take over an existing word is refused) |
-| any, with `--special` | a special added token, skipped by `decode(skip_special_tokens=True)` |
+start, after punctuation) and the word-start form (" Frodo": after a space), by the mechanisms
+that each family, and every loader of it, honours: one record per family in `families/` (how a
+word becomes entries, or why it is skipped), one shared plan loop here (ids, reserved rows,
+--special, skipped words). The plan builds the edited tokenizer in memory and checks every word
+in every context, and that the rendered chat template keeps its ids (`chat_samples`); a word that
+fails is skipped with its reason, so no word ends a run and --dry-run says what the run does.
 
 A word the pre-tokenizer splits (e.g. "C++" on WordPiece, "Minas Tirith" on Unigram) falls
 back to added tokens. Added tokens survive every loader: transformers 5's model-specific classes
@@ -33,13 +29,14 @@ from __future__ import annotations
 import json
 import logging
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from tokenizers import Tokenizer, pre_tokenizers
+from tokenizers import Tokenizer
 
 from .checkpoint import read_json
 from .errors import InputError, VocabSurgeonError
+from .families import SUPPORTED_FAMILIES, Skip, detect_family, family_of
 from .writer import write_json
 
 logger = logging.getLogger(__name__)
@@ -54,12 +51,7 @@ FILE_AS_WRITTEN_CLASSES = {"PreTrainedTokenizerFast", "TokenizersBackend"}
 STALE_SLOW_FILES = ("tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "vocab.json", "merges.txt", "vocab.txt")
 # Placeholder tokens that models ship for later use (Llama 3, Gemma, BERT): --reuse-reserved takes them.
 RESERVED_TOKEN = re.compile(r"<\|reserved_special_token_\d+\|>|<unused\d+>|\[unused\d+\]|<\|reserved_\d+\|>")
-UNSAFE_FORM = ("its bare form, as an added token, would decode garbled (ByteLevel), and cannot be a vocabulary "
-               "entry: ignore_merges would change how this tokenizer splits existing text")
 GAP_PIECE = "<vocabsurgeon unused {}>"  # Unigram placeholders; the space makes them unreachable
-
-_BYTE_ALPHABET = set(pre_tokenizers.ByteLevel.alphabet())
-
 
 def _byte_symbols() -> list[str]:
     """The character that byte-level BPE writes for each byte (GPT-2's bytes_to_unicode): printable
@@ -87,31 +79,124 @@ def byte_level(text: str) -> str:
     return "".join([BYTE_SYMBOLS[b] for b in text.encode("utf-8", "surrogatepass")])
 
 
-PARTS_HEAD = 4  # parts_of indexes forms by up to this many first characters
+PARTS_HEAD = 4  # FormIndex indexes forms by up to this many first characters
+
+
+class FormIndex:
+    """New forms indexed for finding them inside longer pieces (an added token for such a form,
+    matched anywhere in raw text, would split that piece: "return" inside " return").
+
+    Forms are indexed by their first g = min(length, PARTS_HEAD) characters; a piece's g-character
+    windows are looked up in that index, and only hits are checked with `startswith`. Built once
+    and queried per piece, so that planning stays linear in the number of words.
+    """
+
+    def __init__(self, forms: set[str]):
+        self.by_g: dict[int, dict[str, list[str]]] = {}
+        for f in sorted(forms):
+            g = min(len(f), PARTS_HEAD)
+            self.by_g.setdefault(g, {}).setdefault(f[:g], []).append(f)
+        self.groups = sorted(self.by_g.items())
+
+    def parts(self, pieces: list[str]) -> dict[str, str]:
+        """Each indexed form that is a proper part of one of `pieces`, with the first such piece."""
+        found: dict[str, str] = {}
+        for g, by_head in self.groups:
+            hits = [(p, i) for p in pieces if len(p) > g for i in range(len(p) - g + 1) if p[i:i + g] in by_head]
+            for p, i in hits:
+                for f in by_head[p[i:i + g]]:
+                    if len(f) < len(p) and f not in found and p.startswith(f, i):
+                        found[f] = p
+        return found
+
+    def inside(self, piece: str) -> bool:
+        """Whether some indexed form is a proper part of `piece`."""
+        for g, by_head in self.groups:
+            for i in range(len(piece) - g + 1):
+                for f in by_head.get(piece[i:i + g], ()):
+                    if len(f) < len(piece) and piece.startswith(f, i):
+                        return True
+        return False
 
 
 def parts_of(pieces: list[str], forms: set[str]) -> dict[str, str]:
-    """Each of `forms` that is a proper part of one of `pieces`, with the first such piece.
+    """Each of `forms` that is a proper part of one of `pieces`, with the first such piece (see FormIndex)."""
+    return FormIndex(forms).parts(pieces)
 
-    An added token is matched anywhere in raw text, so an added token for such a form would split
-    that piece ("return" inside " return"). Forms are indexed by their first g = min(length,
-    PARTS_HEAD) characters; each piece's g-character windows are looked up in that index in one
-    comprehension per g, and only hits are checked with `startswith`. On a 128,000-piece
-    vocabulary: 0.1 s for 2,000 forms of made-up words (all substrings of the forms' lengths, the
-    first version: 0.5 s; a `find` per form in the joined pieces: 0.5 ms each).
+
+def unpadded(tok: Tokenizer) -> Tokenizer:
+    """`tok` with padding and truncation off: every encode vocabsurgeon does for its own checks
+    must see the text's own ids (a tokenizer.json may ship `"padding": {"strategy": {"Fixed": 128}}`);
+    the written tokenizer.json keeps the user's settings."""
+    tok.no_padding()
+    tok.no_truncation()
+    return tok
+
+
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+# Conversations rendered with the tokenizer's chat template: the rendered text is old text, which
+# must keep its ids (a new "assistant" would re-tokenize every prompt). With and without a system
+# message, so that a default system prompt is rendered too; one ends with the generation prompt.
+SAMPLE_CHATS = (
+    ([{"role": "system", "content": "You are a helpful assistant."},
+      {"role": "user", "content": "What is the capital of France?"},
+      {"role": "assistant", "content": "The capital of France is Paris."}], False),
+    ([{"role": "user", "content": "Hello! Can you write one sentence about the sea?"},
+      {"role": "assistant", "content": "The sea is wide, deep and old."},
+      {"role": "user", "content": "Thank you. And one about the sky?"}], True),
+)
+
+
+def chat_template(directory: str | Path) -> str | None:
+    """The checkpoint's chat template (chat_template.jinja, or tokenizer_config.json's `chat_template`)."""
+    directory = Path(directory)
+    if (directory / CHAT_TEMPLATE_FILE).is_file():
+        return (directory / CHAT_TEMPLATE_FILE).read_text(encoding="utf-8")
+    cfg = directory / TOKENIZER_CONFIG
+    template = read_json(cfg).get("chat_template") if cfg.is_file() else None
+    if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default") or next(iter(named.values()), None)
+    return template if isinstance(template, str) and template.strip() else None
+
+
+def chat_samples(directory: str | Path) -> list[str]:
+    """The checkpoint's chat template rendered by transformers (`apply_chat_template`) with a few
+    sample conversations (SAMPLE_CHATS); [] when it has no chat template.
+
+    Example:
+        >>> chat_samples("fixtures/gpt2-tiny")  # no chat template
+        []
     """
-    index: dict[int, dict[str, list[str]]] = {}
-    for f in sorted(forms):
-        g = min(len(f), PARTS_HEAD)
-        index.setdefault(g, {}).setdefault(f[:g], []).append(f)
-    found: dict[str, str] = {}
-    for g, by_head in sorted(index.items()):
-        hits = [(p, i) for p in pieces if len(p) > g for i in range(len(p) - g + 1) if p[i:i + g] in by_head]
-        for p, i in hits:
-            for f in by_head[p[i:i + g]]:
-                if len(f) < len(p) and f not in found and p.startswith(f, i):
-                    found[f] = p
-    return found
+    if chat_template(directory) is None:
+        return []
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(directory), trust_remote_code=False)
+    except Exception as e:  # transformers' loader raises many types; the template is then not checked
+        logger.warning("%s: cannot load the tokenizer with transformers to render its chat template (%s: %s)",
+                       directory, type(e).__name__, e)
+        return []
+    texts = []
+    for conversation, generation_prompt in SAMPLE_CHATS:
+        for turns in (conversation, [m for m in conversation if m["role"] != "system"]):
+            try:
+                text = tok.apply_chat_template(turns, tokenize=False, add_generation_prompt=generation_prompt)
+            except Exception as e:  # templates raise on what they do not support (e.g. a system message)
+                logger.info("chat template: a sample conversation does not render (%s)", e)
+                continue
+            if text not in texts:
+                texts.append(text)
+    return texts
+
+
+def _around(text: str, word: str, width: int = 12) -> str:
+    """The part of `text` around the first occurrence of `word` (for a reason shown to the user)."""
+    i = text.find(word.strip())
+    if i < 0:
+        return text[:2 * width]
+    return text[max(0, i - width):i + len(word.strip()) + width]
 
 
 @dataclass
@@ -145,32 +230,6 @@ class TokenizerPlan:
         """The plan as plain data (the --json view)."""
         return {"family": self.family, "new": [asdict(t) for t in self.new], "skipped": self.skipped,
                 "notes": self.notes}
-
-
-def detect_family(data: dict) -> str:
-    """Name the tokenizer family of a parsed tokenizer.json."""
-    model = data.get("model") or {}
-    mtype = model.get("type")
-
-    def has(node, kind: str) -> bool:
-        if not isinstance(node, dict):
-            return False
-        if node.get("type") == kind:
-            return True
-        return any(has(n, kind) for n in node.get("pretokenizers") or node.get("normalizers") or [])
-
-    if mtype == "BPE" and has(data.get("pre_tokenizer"), "ByteLevel"):
-        return "byte-level-bpe"
-    if mtype == "BPE" and (has(data.get("pre_tokenizer"), "Metaspace") or has(data.get("normalizer"), "Prepend")):
-        return "sentencepiece-bpe"
-    if mtype == "Unigram":
-        return "unigram"
-    if mtype == "WordPiece":
-        return "wordpiece"
-    return f"other ({mtype})"
-
-
-SUPPORTED_FAMILIES = ("byte-level-bpe", "sentencepiece-bpe", "unigram", "wordpiece")
 
 
 def convert_slow_tokenizer(directory: str | Path) -> tuple[dict, str]:
@@ -218,13 +277,15 @@ class TokenizerEditor:
                 "(AutoTokenizer.from_pretrained(dir).save_pretrained(dir)) first"
             )
         try:  # parse the file itself when there is one: no need to serialize what was just read
-            self.tok = Tokenizer.from_file(str(file)) if self.converted_from is None else \
-                Tokenizer.from_str(json.dumps(self.data))
+            self.tok = unpadded(Tokenizer.from_file(str(file)) if self.converted_from is None else
+                                Tokenizer.from_str(json.dumps(self.data)))
         except Exception as e:  # the Rust parser raises plain Exception subclasses
             raise InputError(f"{file}: the tokenizers library cannot load it ({e}); re-download it") from None
         cfg = self.dir / TOKENIZER_CONFIG
         self.config = read_json(cfg) if cfg.exists() else None
         self.family = detect_family(self.data)
+        fam = family_of(self.data)
+        self.kind = fam(self) if fam is not None else None  # the family record: how words become entries
         self.model = self.data["model"]
         raw_vocab = self.model.get("vocab")
         if isinstance(raw_vocab, dict):
@@ -235,7 +296,7 @@ class TokenizerEditor:
             self.vocab = {}
         self.added = {t["content"]: t for t in self.data.get("added_tokens") or []}
         self._encoded: dict[str, list[int]] = {}  # text -> ids under this tokenizer (see prefetch)
-        self._redundant: bool | None = None  # see _merges_are_redundant
+        self._round_trips: dict[str, str] = {}  # text -> decode(encode(text)) under this tokenizer (see _decoded)
         self._check_ids()
 
     def _check_ids(self) -> None:
@@ -272,183 +333,25 @@ class TokenizerEditor:
             encs = _encode_batch(self.tok)(texts, add_special_tokens=False)
             self._encoded.update(zip(texts, (e.ids for e in encs)))
 
-    def _normalize(self, text: str) -> str:
+    @property
+    def file(self) -> Path:
+        """The tokenizer.json this editor reads (for messages)."""
+        return self.dir / TOKENIZER_FILE
+
+    def normalize(self, text: str) -> str:
+        """`text` as the tokenizer's normalizer writes it."""
         return self.tok.normalizer.normalize_str(text) if self.tok.normalizer is not None else text
 
-    def _pretokenize(self, text: str) -> list[str]:
-        text = self._normalize(text)
-        if self.tok.pre_tokenizer is None:
-            return [text]
-        return [p for p, _ in self.tok.pre_tokenizer.pre_tokenize_str(text)]
-
-    def _merges_are_redundant(self) -> bool:
-        """True when ignore_merges cannot change how existing text tokenizes.
-
-        With ignore_merges a pre-token that is a whole vocabulary entry maps to that entry; that
-        only differs from plain BPE for an entry that BPE does not rebuild as itself. Computed once.
-        """
-        if self._redundant is None:
-            self._redundant = self.model.get("ignore_merges") or self._all_rebuilt()
-        return self._redundant
-
-    def _all_rebuilt(self) -> bool:
-        bpe = self.tok.model
-        for piece in self.vocab:
-            if piece in self.added:
-                continue
-            if [t.value for t in bpe.tokenize(piece)] != [piece]:
-                logger.info("vocabulary entry %r is not rebuilt by its merges", piece)
-                return False
-        return True
-
-    def _unigram_score(self) -> float:
-        """The score of new Unigram pieces: that of the most likely ordinary piece.
-
-        Scores are log probabilities (<= 0), so a whole-word piece with the best score beats any
-        split of the word into two or more pieces, and the word is one token wherever it occurs.
-        """
-        scores = [s for p, s in self.model["vocab"] if p not in self.added]
-        return max(scores) if scores else 0.0
-
-    def _garbled(self, form: str) -> bool:
-        """Byte-level BPE: whether the ByteLevel decoder would read an added token `form` as bytes
-        ("Éowyn" as "\ufffdowyn"): all its characters are byte symbols, not all ASCII (ASCII byte
-        symbols stand for themselves)."""
-        return not form.isascii() and all(c in _BYTE_ALPHABET for c in form)
-
-    def _whole(self, form: str) -> bool:
-        """Byte-level BPE: whether `form` is one pre-token, so a vocabulary entry for it can be produced."""
-        return self._pretokenize(form) == [byte_level(form)]
-
-    def _split_risks(self, words: list[str]) -> dict[str, str]:
-        """The new forms (" return") that are part of an existing token (byte-level BPE: or of the new
-        entry of a garbled bare form), each with one such piece: an added token would split it.
-        Byte-level BPE makes such forms vocabulary entries where it can; SentencePiece BPE has only
-        added tokens, so there they are reported."""
-        pieces = [p for p in self.vocab if p not in self.added]
-        if self.family == "sentencepiece-bpe":
-            spelled = {f.replace(" ", "▁"): f for w in words for f in (w, " " + w)}
-        else:
-            spelled = {byte_level(f): f for w in words for f in (w, " " + w)}
-            pieces += [byte_level(w) for w in words if self._garbled(w) and self._whole(w)]
-        return {spelled[e]: piece for e, piece in parts_of(pieces, set(spelled)).items()}
-
-    def _pair(self, form: str) -> tuple[str, str] | None:
-        """Byte-level BPE: the two model pieces the original tokenizer splits `form` into, if two."""
-        ids = self.encode(form)
-        if len(ids) != 2:
-            return None
-        a, b = (self.tok.id_to_token(i) for i in ids)
-        if any(x is None or x in self.added or x not in self.vocab for x in (a, b)):
-            return None
-        return a, b
-
-    def _demote_shadowed(self, new: list[NewToken]) -> None:
-        """Byte-level BPE: a new entry (vocab or merge) that contains a new added token (" Resto" and
-        an added "Resto", "tion" and an added "tio") would be split by it, since added tokens are
-        matched first: make the entry an added token too (the longer one is then matched first),
-        until no entry contains one."""
-        while True:
-            added = {byte_level(t.form) for t in new if t.mechanism == "added"}
-            shadowed = [t for t in new if t.mechanism in ("vocab", "merge") and added and parts_of([t.piece], added)]
-            if not shadowed:
-                return
-            for t in shadowed:
-                logger.info("token %r: %r contains a new added token; it becomes an added token", t.text, t.form)
-                t.mechanism, t.piece = "added", t.form
-
-    def _splits_word_start(self, w: str) -> bool:
-        """Byte-level BPE: whether the original tokenizer has " w" as one model token, which an added
-        token `w` would split (added tokens are matched in raw text before pre-tokenization)."""
-        if self.family != "byte-level-bpe":
-            return False
-        ids = self.encode(" " + w)
-        return len(ids) == 1 and ids[0] == self.vocab.get(byte_level(" " + w))
-
-    def _why_not_entry(self, form: str) -> str:
-        """Why `form` cannot be a vocabulary entry (byte-level BPE: one with ignore_merges)."""
-        if self.family == "sentencepiece-bpe":
-            return "SentencePiece BPE takes new words only as added tokens"
-        if not self._whole(form):
-            return f"the pre-tokenizer splits {form!r}"
-        return "ignore_merges would change how this tokenizer splits existing text"
-
-    def _text(self, piece: str) -> str:
+    def text_of(self, piece: str) -> str:
         """The text a model piece stands for ("Ġreturn" -> " return")."""
         return self.tok.decoder.decode([piece]) if self.tok.decoder is not None else piece
 
-    def _word_entries(self, w: str, risks: dict[str, str]) -> list[tuple[str, str, str, bool]]:
-        """(form, piece, mechanism, normalized) of the entries that make `w` one token, per family;
-        `risks` as `_split_risks` gives them (byte-level BPE)."""
-        fam = self.family
-        forms = [w, " " + w]
-        if fam == "byte-level-bpe":
-            out = []
-            for form in forms:
-                garbled = self._garbled(form)
-                whole = (garbled or form in risks) and self._whole(form)
-                # A vocabulary entry with ignore_merges is produced only for a whole pre-token, never
-                # inside " return" or "returned". Where ignore_merges would change existing text, a
-                # form BPE splits into two existing pieces gets one merge instead, at the lowest
-                # priority: it applies only where BPE would otherwise stop at those two pieces, so
-                # never inside " return" (already one token), only where the text has the form
-                # ("returned" -> "return" + "ed"), and loaders that rebuild the tokenizer from vocab +
-                # merges keep it. A word whose garbled bare form can be neither is skipped (plan).
-                if whole and self._merges_are_redundant():
-                    out.append((form, byte_level(form), "vocab", False))
-                elif whole and self._pair(form):
-                    out.append((form, byte_level(form), "merge", False))
-                elif whole and garbled:
-                    out.append((form, byte_level(form), "vocab", False))
-                else:
-                    if garbled:
-                        logger.warning("token %r: decoding its added token may garble it (ByteLevel decoder)", w)
-                    out.append((form, form, "added", False))
-            return out
-        if fam == "sentencepiece-bpe":
-            return [(f, f, "added", False) for f in forms]
-        if fam == "unigram":
-            pre = self._pretokenize(" " + w)
-            if len(pre) == 1 and not any(c.isspace() for c in pre[0]):
-                spaced = pre[0]  # "▁Frodo"; the bare form follows punctuation inside a pre-token: "▁(Frodo"
-                bare = spaced[1:] if spaced.startswith("▁") and len(spaced) > 1 else spaced
-                return [(w, bare, "vocab", False), (" " + w, spaced, "vocab", False)]
-            logger.warning("token %r: the pre-tokenizer splits it; it becomes added tokens, and a word-boundary "
-                           "piece may follow it", w)
-            return [(f, f, "added", False) for f in forms]
-        if fam == "wordpiece":
-            norm = self._normalize(w)
-            pre = self._pretokenize(w)
-            if pre == [norm]:
-                return [(w, norm, "vocab", False)]
-            return [(w, norm.strip(), "added", norm != w)]
-        raise InputError(
-            f"{self.dir / TOKENIZER_FILE}: {fam} tokenizers are not supported (supported: "
-            f"{', '.join(SUPPORTED_FAMILIES)}); open an issue with the model name"
-        )
-
-    def _check_normalization(self, w: str, claimed: dict[str, str]) -> str | None:
-        """On families whose entries are matched on normalized text, refuse a token that would take
-        over an existing word or another new token; returns the normalized form when it differs."""
-        if self.family not in ("wordpiece", "unigram"):
-            return None
-        norm = self._normalize(w)
-        if norm == w:
-            return None
-        key = norm.strip()
-        if key in claimed:
-            raise InputError(
-                f"token {w!r}: the tokenizer normalizes it to {key!r}, the same as token {claimed[key]!r}; "
-                "remove one of them"
-            )
-        if self.family == "wordpiece" and self.has(key) and not self.has(w):
-            raise InputError(
-                f"token {w!r}: the tokenizer normalizes it (e.g. lowercases: uncased) to {key!r}, which is already "
-                f"token {self.vocab.get(key, self.added.get(key, {}).get('id'))}; adding it would take over that "
-                "word. Remove it from the tokens"
-            )
-        claimed[key] = w
-        return key
+    def pretokenize(self, text: str) -> list[str]:
+        """The pre-tokens of `text` after normalization, in the model's spelling ("Ġreturn")."""
+        text = self.normalize(text)
+        if self.tok.pre_tokenizer is None:
+            return [text]
+        return [p for p, _ in self.tok.pre_tokenizer.pre_tokenize_str(text)]
 
     def reusable_ids(self, rows: int) -> list[tuple[int, str | None]]:
         """Rows that --reuse-reserved may take, in order: rows no token maps to, then reserved
@@ -465,106 +368,57 @@ class TokenizerEditor:
         return unused + sorted((i, c) for i, c in reserved.items() if i < rows)
 
     def plan(self, words: list[str], *, special: bool = False, first_id: int | None = None,
-             reuse: list[tuple[int, str | None]] | None = None) -> TokenizerPlan:
+             reuse: list[tuple[int, str | None]] | None = None, chat: list[str] | None = None) -> TokenizerPlan:
         """Decide the new entries and their ids: first from `reuse` (see `reusable_ids`), then
         from `first_id` (default `size`) on.
 
+        The edited tokenizer is built in memory and every word is checked in every context
+        (`_failures`); a word that fails is skipped with its reason and the rest planned again,
+        so that a dry run says exactly what the real run does. `chat`: old texts that must keep
+        their ids (default: the rendered chat template, `chat_samples`).
+
         Raises:
-            InputError: a token that would take over an existing word after normalization, or an
-                unsupported tokenizer family.
+            InputError: new ids inside the tokenizer, or an unsupported tokenizer family.
         """
         start = self.size if first_id is None else first_id
         if start < self.size:
             raise InputError(f"new ids must start at or after {self.size}, the tokenizer's size; got {start}")
+        new, skipped, notes = self._draft(words, special)
+        chat = chat_samples(self.dir) if chat is None else chat
+        failed: dict[str, str] = {}
+        while True:
+            plan = self._numbered(new, skipped, notes, start, reuse)
+            failures = self._failures(plan, chat)
+            if not failures:
+                break
+            failed.update(failures)
+            new = [t for t in new if t.text not in failures]
+            order = {w: i for i, w in enumerate(words)}  # reported in the user's order
+            skipped = skipped + [{"token": w, "reason": failures[w]} for w in sorted(failures, key=order.__getitem__)]
+        if failed:
+            w = next(iter(failed))
+            note = f"{len(failed)} token(s) skipped after checking the edited tokenizer (e.g. {w!r}): {failed[w]}"
+            plan.notes.append(note)
+            logger.warning("%s", note)
+        return plan
+
+    def _numbered(self, new: list[NewToken], skipped: list[dict], notes: list[str], start: int,
+                  reuse: list[tuple[int, str | None]] | None) -> TokenizerPlan:
+        """The plan of the entries `new` with their ids: `reuse` first, then counting from `start`."""
         pool = list(reuse or [])
         freed: dict[int, str] = {}
         counter = iter(range(start, 1 << 62))
-
-        def take() -> int:
+        numbered = []
+        for t in new:
             if pool:
                 i, content = pool.pop(0)
                 if content is not None:
                     freed[i] = content
-                return i
-            return next(counter)
-
-        new: list[NewToken] = []
-        skipped: list[dict] = []
-        notes: list[str] = []
-        claimed: dict[str, str] = {}
-        planned: set[str] = set()
-        blocked: dict[str, str] = {}  # word -> why its bare form can be neither an added token nor an entry
-        unsafe: list[str] = []  # words whose garbled bare form cannot be an entry here (see UNSAFE_FORM)
-        score = self._unigram_score() if self.family == "unigram" else None
-        self.prefetch([f for w in words for f in ((w,) if special else (w, " " + w))])
-        risks = self._split_risks(words) if self.family in ("byte-level-bpe", "sentencepiece-bpe") and not special else {}
-        for w in words:
-            existing = self.added.get(w)
-            if existing is not None and existing.get("special"):
-                skipped.append({"token": w, "reason": "already a special token"})
-                continue
-            if special:
-                if self.has(w):
-                    skipped.append({"token": w, "reason": "already in the vocabulary (not promoted to special)"})
-                    continue
-                new.append(NewToken(w, w, w, take(), "special", self.encode(w),
-                                    score=0.0 if score is not None else None))
-                continue
-            norm = self._check_normalization(w, claimed)
-            added_any = False
-            for form, piece, mech, normalized in self._word_entries(w, risks):
-                if self.has(piece) or piece in planned or (mech == "added" and len(self.encode(form)) == 1):
-                    continue  # this form is one token already
-                if mech == "added" and form == w and self._splits_word_start(w):
-                    blocked[w] = self._why_not_entry(w)
-                    continue
-                if mech == "vocab" and self.family == "byte-level-bpe" and not self._merges_are_redundant():
-                    unsafe.append(w)  # a garbled bare form: neither an added token nor an entry is safe
-                    break  # the word is skipped whole (its word-start form alone would not be one word)
-                planned.add(piece)
-                new.append(NewToken(w, form, piece, take(), mech, self.encode(form), normalized,
-                                    score if mech == "vocab" else None))
-                added_any = True
-            if w in blocked:
-                skipped.append({"token": w, "reason": (
-                    f"already one token after a space ({' ' + w!r}); its bare form would split that token as an "
-                    f"added token, and cannot be a vocabulary entry: {blocked[w]}")})
-            elif unsafe and unsafe[-1] == w:
-                skipped.append({"token": w, "reason": UNSAFE_FORM})
-            elif not added_any:
-                skipped.append({"token": w, "reason": "already in the vocabulary"})
-            elif norm is not None:
-                note = f"token {w!r} is stored as {norm!r}: the tokenizer normalizes text (e.g. lowercases) before lookup"
-                notes.append(note)
-                logger.warning("%s", note)
-        if self.family == "byte-level-bpe":
-            self._demote_shadowed(new)
-        if blocked:
-            w = next(iter(blocked))
-            note = (f"{len(blocked)} token(s) skipped (e.g. {w!r}): already one token after a space; the bare form "
-                    f"would split that token as an added token, and cannot be a vocabulary entry ({blocked[w]})")
-            notes.append(note)
-            logger.warning("%s", note)
-        if unsafe:
-            note = f"{len(unsafe)} token(s) skipped (e.g. {unsafe[0]!r}): {UNSAFE_FORM}"
-            notes.append(note)
-            logger.warning("%s", note)
-        splitting = [t for t in new if t.mechanism == "added" and t.form in risks]
-        if splitting:
-            t = splitting[0]
-            note = (f"{len(splitting)} added token(s) (e.g. {t.form!r}) are also part of existing tokens (e.g. "
-                    f"{self._text(risks[t.form])!r}), which now split where they occur; they cannot be "
-                    f"vocabulary entries here ({self._why_not_entry(t.form)})")
-            notes.append(note)
-            logger.warning("%s", note)
-        set_ignore = any(t.mechanism == "vocab" for t in new) and self.family == "byte-level-bpe" \
-            and not self.model.get("ignore_merges")
-        if set_ignore and not self._merges_are_redundant():
-            raise InputError(
-                f"{self.dir / TOKENIZER_FILE}: this BPE vocabulary has entries its merges do not rebuild, so "
-                f"ignore_merges would change existing tokenization; tokens {sorted({t.text for t in new if t.mechanism == 'vocab'})} "
-                "cannot be added safely. Open an issue with the model name"
-            )
+            else:
+                i = next(counter)
+            numbered.append(replace(t, id=i))
+        new, notes = numbered, list(notes)
+        set_ignore = self.kind is not None and self.kind.needs_ignore_merges(new)
         if set_ignore:
             old_class = (self.config or {}).get("tokenizer_class")
             if old_class not in FILE_AS_WRITTEN_CLASSES:
@@ -573,7 +427,7 @@ class TokenizerEditor:
                     "written (model-specific classes rebuild it from vocab and merges and would drop ignore_merges)"
                 )
         gap = None
-        if self.family == "unigram" and new and start > len(self.model["vocab"]):
+        if isinstance(self.model.get("vocab"), list) and new and start > len(self.model["vocab"]):  # Unigram
             gap = (len(self.model["vocab"]), start)
             taken = {t["id"] for t in self.added.values()}
             free = [i for i in range(*gap) if i not in taken]
@@ -590,7 +444,195 @@ class TokenizerEditor:
                 + (f" ({len(freed)} of them reserved tokens, e.g. {next(iter(freed.values()))!r})" if freed else "")
                 + f"; {len(new) - len(taken)} rows appended"
             )
-        return TokenizerPlan(self.family, new, skipped, set_ignore, notes, gap, self.tok, freed)
+        return TokenizerPlan(self.family, new, list(skipped), set_ignore, notes, gap, self.tok, freed)
+
+    def _failures(self, plan: TokenizerPlan, chat: list[str]) -> dict[str, str]:
+        """Words of `plan` that the edited tokenizer, built in memory, does not make one token
+        everywhere, each with the reason: checked at a sentence start, after a space, before
+        punctuation, inside brackets and next to another new word, decoding as the original does
+        (where it decodes the text faithfully); and words whose new ids appear in `chat` (old text:
+        the rendered chat template), which must keep its ids."""
+        if not plan.new:
+            return {}
+        tok = unpadded(Tokenizer.from_str(json.dumps(self.edited(plan))))
+        failures: dict[str, str] = {}
+        owner = {t.id: t.text for t in plan.new}
+        if chat:
+            for text, want, got in zip(chat, _encode_ids(self.tok, chat), _encode_ids(tok, chat)):
+                if got == want:
+                    continue
+                culprits = [owner[i] for i in dict.fromkeys(got) if i in owner]
+                if not culprits:
+                    raise InputError(f"{self.dir / TOKENIZER_FILE}: the new tokens change how the rendered chat "
+                                     "template tokenizes, and no single word is the cause; open an issue with the "
+                                     "model name and the tokens")
+                for w in culprits:
+                    failures.setdefault(w, f"the chat template's own text has it ({_around(text, w)!r}); adding it "
+                                           "would change the ids of every chat prompt")
+        by_word: dict[str, list[NewToken]] = {}
+        for t in plan.new:
+            by_word.setdefault(t.text, []).append(t)
+        words = [w for w in by_word if w not in failures]
+        ids_of = {w: {t.id for t in by_word[w]} for w in words}
+        plain = [w for w in words if by_word[w][0].mechanism != "special"]
+        for w in plain:  # a form that is one existing token ("return" when " return" is one) counts too
+            for form in (w, " " + w):
+                ids = self.encode(form)
+                if len(ids) == 1:
+                    ids_of[w].add(ids[0])
+        cases: list[tuple[str, dict[str, int], bool]] = []  # (text, {word: occurrences}, check decoding)
+        for w in words:
+            if by_word[w][0].mechanism == "special":
+                cases.append((w, {w: 1}, False))
+        for i, w in enumerate(plain):
+            # the bare form at a start, before "." and "," and in brackets; the word-start form before "."
+            cases += [(w, {w: 1}, False), (" " + w, {w: 1}, False), (f"{w}.", {w: 1}, False),
+                      (f"({w})", {w: 1}, True), (f"{w}, {w}.", {w: 2}, True)]
+            nxt = plain[(i + 1) % len(plain)]
+            if nxt != w and w not in nxt and nxt not in w:
+                cases.append((f"{w} {nxt}", {w: 1, nxt: 1}, False))
+        texts = [c[0] for c in cases]
+        got_ids = _encode_ids(tok, texts)
+        decoded = [j for j, c in enumerate(cases) if c[2]]
+        wants = self._decoded([texts[j] for j in decoded])
+        gots = tok.decode_batch([got_ids[j] for j in decoded])
+        decode = {j: (want, got) for j, want, got in zip(decoded, wants, gots)}
+        for j, (text, expect, _) in enumerate(cases):
+            ids = got_ids[j]
+            for w, n in expect.items():
+                if w in failures:
+                    continue
+                alone = text in (w, " " + w)  # the word alone is that one token, with no stray "▁" or "Ġ"
+                if sum(i in ids_of[w] for i in ids) != n or (alone and len(ids) != 1):
+                    pieces = [tok.id_to_token(i) for i in ids[:12]] + (["..."] if len(ids) > 12 else [])
+                    mechs = "/".join(dict.fromkeys(t.mechanism for t in by_word[w]))
+                    failures[w] = (f"would not be one token in {text!r} (it would encode as {pieces}): the {self.family} "
+                                   f"entries ({mechs}) cannot make it one token there")
+            w = next(iter(expect))
+            if j in decode and w not in failures:
+                want, got = decode[j]
+                if got != want and want in (text, self.normalize(text)):
+                    failures[w] = f"{text!r} would decode as {got!r}, but the original tokenizer gives {want!r}"
+        loader = self._as_transformers_loads(plan)
+        if loader is not None:  # the class rebuilds the tokenizer: it must tokenize as the file does
+            cls = self.edited_config(plan).get("tokenizer_class")
+            # only where the original, loaded the same way, agrees with its own file on that text
+            base = self._original_as_loaded()
+            self.prefetch(texts)
+            agree = [b == self.encode(t) for t, b in zip(texts, _encode_ids(base, texts))] if base else [True] * len(texts)
+            for j, rebuilt in enumerate(_encode_ids(loader, texts)):
+                text, expect, _ = cases[j]
+                if rebuilt != got_ids[j] and agree[j]:
+                    for w in expect:
+                        pieces = [loader.id_to_token(i) for i in rebuilt[:12]]
+                        failures.setdefault(w, f"transformers' {cls} rebuilds the tokenizer on load and would encode "
+                                               f"{text!r} as {pieces}")
+        return failures
+
+    def _original_as_loaded(self) -> Tokenizer | None:
+        """The original tokenizer as transformers builds it on load (cached), or None if it cannot."""
+        if not hasattr(self, "_loaded_original"):
+            try:
+                from transformers import AutoTokenizer
+
+                backend = AutoTokenizer.from_pretrained(str(self.dir), trust_remote_code=False).backend_tokenizer
+                self._loaded_original = unpadded(Tokenizer.from_str(backend.to_str()))
+            except Exception as e:  # transformers raises many types; then every difference counts
+                logger.info("transformers cannot load %s (%s: %s)", self.dir, type(e).__name__, e)
+                self._loaded_original = None
+        return self._loaded_original
+
+    def _as_transformers_loads(self, plan: TokenizerPlan) -> Tokenizer | None:
+        """The edited tokenizer as transformers builds it on load, where the written tokenizer_class
+        rebuilds it from vocab, merges and scores (GPT2Tokenizer, LlamaTokenizer, BertTokenizer, ...);
+        None where the class loads tokenizer.json as written, or no class is named."""
+        cfg = self.edited_config(plan)
+        cls = (cfg or {}).get("tokenizer_class")
+        if cls is None or cls in FILE_AS_WRITTEN_CLASSES or self.converted_from:
+            return None
+        import shutil
+        import tempfile
+
+        from transformers import AutoTokenizer
+
+        with tempfile.TemporaryDirectory(prefix="vocabsurgeon-plan-") as d:
+            for f in self.dir.iterdir():  # what the loader reads besides the two files written here
+                if f.is_file() and (f.suffix == ".json" or f.name == CHAT_TEMPLATE_FILE) \
+                        and f.name not in (TOKENIZER_FILE, TOKENIZER_CONFIG):
+                    shutil.copyfile(f, Path(d) / f.name)
+            write_json(Path(d) / TOKENIZER_FILE, self.edited(plan))
+            write_json(Path(d) / TOKENIZER_CONFIG, cfg)
+            try:
+                tok = AutoTokenizer.from_pretrained(d, trust_remote_code=False)
+            except Exception as e:  # transformers raises many types; the file check above still holds
+                logger.warning("transformers cannot load the edited tokenizer in memory (%s: %s); only tokenizer.json "
+                               "was checked", type(e).__name__, e)
+                return None
+        backend = getattr(tok, "backend_tokenizer", None)
+        return unpadded(Tokenizer.from_str(backend.to_str())) if backend is not None else None
+
+    def _decoded(self, texts: list[str]) -> list[str]:
+        """How the original tokenizer decodes its own ids of each text (cached: the same texts are
+        checked again in each round of `plan`)."""
+        todo = [t for t in dict.fromkeys(texts) if t not in self._round_trips]
+        if todo:
+            self._round_trips.update(zip(todo, self.tok.decode_batch(_encode_ids(self.tok, todo))))
+        return [self._round_trips[t] for t in texts]
+
+    def _draft(self, words: list[str], special: bool) -> tuple[list[NewToken], list[dict], list[str]]:
+        """The entries of each word by its family's mechanisms (ids not yet given: -1), the words
+        skipped and why, and notes for the report."""
+        new: list[NewToken] = []
+        skipped: list[dict] = []
+        notes: list[str] = []
+        claimed: dict[str, str] = {}
+        planned: set[str] = set()
+        kind = self.kind
+        if kind is None and not special:
+            raise InputError(f"{self.file}: {self.family} tokenizers are not supported (supported: "
+                             f"{', '.join(SUPPORTED_FAMILIES)}); open an issue with the model name")
+        self.prefetch([f for w in words for f in ((w,) if special else (w, " " + w))])
+        if not special:
+            kind.prepare(words)
+        for w in words:
+            existing = self.added.get(w)
+            if existing is not None and existing.get("special"):
+                skipped.append({"token": w, "reason": "already a special token"})
+                continue
+            if special:
+                if self.has(w):
+                    skipped.append({"token": w, "reason": "already in the vocabulary (not promoted to special)"})
+                    continue
+                new.append(NewToken(w, w, w, -1, "special", self.encode(w),
+                                    score=kind.special_score if kind is not None else None))
+                continue
+            norm, why = kind.normalization(w, claimed)
+            if why is None:
+                mine: list[NewToken] = []
+                try:
+                    for e in kind.entries(w):
+                        if self.has(e.piece) or e.piece in planned or (e.mechanism == "added"
+                                                                       and len(self.encode(e.form)) == 1):
+                            continue  # this form is one token already
+                        if kind.admit(w, e):
+                            mine.append(NewToken(w, e.form, e.piece, -1, e.mechanism, self.encode(e.form),
+                                                 e.normalized, e.score))
+                except Skip as e:
+                    why = str(e)
+                else:
+                    why = None if mine else kind.skip_reason(w) or "already in the vocabulary"
+            if why is not None:
+                skipped.append({"token": w, "reason": why})
+                continue
+            planned.update(t.piece for t in mine)
+            new.extend(mine)
+            if norm is not None and any(t.piece == norm for t in mine):
+                note = f"token {w!r} is stored as {norm!r}: the tokenizer normalizes text (e.g. lowercases) before lookup"
+                notes.append(note)
+                logger.warning("%s", note)
+        if not special:
+            kind.finish(new, notes)
+        return new, skipped, notes
 
     def edited(self, plan: TokenizerPlan) -> dict:
         """The tokenizer.json object with the plan applied (self.data is left as it was)."""
@@ -608,11 +650,11 @@ class TokenizerEditor:
         if plan.set_ignore_merges:
             model["ignore_merges"] = True
         merged = sorted((t for t in plan.new if t.mechanism == "merge"), key=lambda t: t.id)
-        if merged:  # appended last: the lowest priority (see _word_entries)
+        if merged:  # appended last: the lowest priority (see families/byte_level_bpe.py)
             merges = model["merges"] = list(model.get("merges") or [])
             as_text = bool(merges) and isinstance(merges[0], str)  # "a b" (older files) or ["a", "b"]
             for t in merged:
-                pair = self._pair(t.form)
+                pair = self.kind.merge_pair(t.form)
                 if pair is None or "".join(pair) != t.piece:
                     raise VocabSurgeonError(f"internal: token {t.text!r} has no merge pair; nothing was written")
                 merges.append(" ".join(pair) if as_text else list(pair))
@@ -707,7 +749,7 @@ def verify_tokenizer(out_dir: Path, plan: TokenizerPlan) -> None:
     Raises:
         VocabSurgeonError: when any check fails (a bug: the output is not published).
     """
-    tok = Tokenizer.from_file(str(out_dir / TOKENIZER_FILE))
+    tok = unpadded(Tokenizer.from_file(str(out_dir / TOKENIZER_FILE)))
     for t in plan.new:
         got = tok.token_to_id(t.piece)
         if got != t.id:

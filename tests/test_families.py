@@ -1,0 +1,102 @@
+"""The family records of vocabsurgeon/families/: detection, and what each makes of a word (or why it skips it)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+from test_tokenizer_hub import _tokenizer
+from tokenizers import Tokenizer, models, pre_tokenizers
+
+from vocabsurgeon.errors import InputError
+from vocabsurgeon.families import FAMILIES, SUPPORTED_FAMILIES, Entry, Skip
+from vocabsurgeon.tokenizer import TokenizerEditor
+
+DETECTED = {"byte-level": "byte-level-bpe", "byte-level-gpt2": "byte-level-bpe", "sp-bpe": "sentencepiece-bpe",
+            "sp-bpe-file": "sentencepiece-bpe", "metaspace-bpe": "sentencepiece-bpe-metaspace",
+            "unigram": "unigram", "unigram-file": "unigram", "wordpiece-cased": "wordpiece",
+            "wordpiece-uncased": "wordpiece"}
+
+
+@functools.cache
+def _saved(root: Path, name: str) -> Path:
+    _tokenizer(name).save_pretrained(root / name)
+    return root / name
+
+
+@pytest.fixture(scope="module")
+def editor(tmp_path_factory):
+    root = tmp_path_factory.mktemp("families")
+    return lambda name: TokenizerEditor(_saved(root, name))
+
+
+def test_every_family_has_a_record_with_a_distinct_name():
+    assert SUPPORTED_FAMILIES == tuple(f.name for f in FAMILIES) and len(set(SUPPORTED_FAMILIES)) == len(FAMILIES)
+
+
+@pytest.mark.parametrize("name", DETECTED)
+def test_each_tokenizer_as_shipped_is_detected_as_its_family(name, editor):
+    ed = editor(name)
+    assert ed.family == DETECTED[name] == ed.kind.name
+
+
+def test_byte_level_word_is_two_added_tokens_and_a_split_latin1_symbol_is_skipped(editor):
+    kind = editor("byte-level").kind
+    kind.prepare(["Frodo", "°C"])
+    assert kind.entries("Frodo") == [Entry("Frodo", "Frodo", "added"), Entry(" Frodo", " Frodo", "added")]
+    with pytest.raises(Skip, match=r"^the pre-tokenizer splits it \(° \| C\), so it can only be an added token, "
+                                   r"which the ByteLevel decoder would garble"):
+        kind.entries("°C")
+
+
+def test_sentencepiece_bpe_word_is_two_added_tokens(editor):
+    kind = editor("sp-bpe-file").kind
+    kind.prepare(["Frodo"])
+    assert kind.entries("Frodo") == [Entry("Frodo", "Frodo", "added"), Entry(" Frodo", " Frodo", "added")]
+
+
+def test_metaspace_bpe_word_is_merges_of_two_pieces_or_skipped(editor):
+    ed = editor("metaspace-bpe")
+    kind = ed.kind
+
+    def pieces(p):
+        return [t.value for t in ed.tok.model.tokenize(p)]
+
+    two = next(p[1:] for p in sorted(ed.vocab) if p.startswith("▁") and len(p) > 4 and len(pieces(p[:-1])) == 2
+               and len(pieces(p[1:-1])) == 2 for p in [p[:-1]] if not ed.has(p) and not ed.has(p[1:]))
+    assert kind.entries(two) == [Entry(two, two, "merge"), Entry(" " + two, "▁" + two, "merge")]
+    assert kind.merge_pair(" " + two) == tuple(pieces("▁" + two))
+    with pytest.raises(Skip, match=r"takes a new word only as one merge of two existing pieces, and 'Lothlorien' "
+                                   r"is \d+ pieces"):
+        kind.entries("Lothlorien")
+
+
+def test_unigram_word_is_two_pieces_scored_like_the_most_likely_piece(editor):
+    ed = editor("unigram-file")
+    kind = ed.kind
+    kind.prepare(["Frodo"])
+    best = max(s for p, s in ed.model["vocab"] if p not in ed.added)
+    assert kind.entries("Frodo") == [Entry("Frodo", "Frodo", "vocab", score=best),
+                                     Entry(" Frodo", "▁Frodo", "vocab", score=best)]
+
+
+def test_wordpiece_word_is_one_entry_punctuation_an_added_token_and_cjk_a_raw_added_token(editor):
+    cased, uncased = editor("wordpiece-cased").kind, editor("wordpiece-uncased").kind
+    assert cased.entries("Frodo") == [Entry("Frodo", "Frodo", "vocab")]
+    assert uncased.entries("Frodo") == [Entry("Frodo", "frodo", "vocab")]
+    assert uncased.entries("C++") == [Entry("C++", "c++", "added", normalized=True)]
+    assert cased.entries("東京大学") == uncased.entries("東京大学") == [Entry("東京大学", "東京大学", "added")]
+    assert uncased.normalization("Frodo", {}) == ("frodo", None)
+    assert uncased.normalization("FRODO", {"frodo": "Frodo"}) == (
+        None, "the tokenizer normalizes it to 'frodo', the same as token 'Frodo'")
+
+
+def test_an_unsupported_family_is_refused_with_the_supported_ones(tmp_path):
+    tok = Tokenizer(models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    with pytest.raises(InputError, match=r"tokenizer.json: other \(WordLevel\) tokenizers are not supported \("
+                                         r"supported: byte-level-bpe, sentencepiece-bpe-metaspace, sentencepiece-bpe, "
+                                         r"unigram, wordpiece\); open an issue with the model name$"):
+        TokenizerEditor(tmp_path).plan(["Frodo"])

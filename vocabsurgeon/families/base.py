@@ -1,0 +1,76 @@
+"""What every tokenizer family record has: the named entry, the skip signal, and the default hooks."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar, Literal, NamedTuple
+
+if TYPE_CHECKING:
+    from ..tokenizer import NewToken, TokenizerEditor
+
+Mechanism = Literal["vocab", "merge", "added", "special"]
+
+
+class Entry(NamedTuple):
+    """One entry that a family makes for one form of a word."""
+
+    form: str  # the text it stands for: the word, or " " + word
+    piece: str  # the string stored in the tokenizer ("Frodo", " Frodo", "▁Frodo", "Ã\x89owyn")
+    mechanism: Mechanism  # "vocab": a model entry; "merge": an entry and the BPE merge that makes it; "added"
+    normalized: bool = False  # added tokens only: matched on normalized text
+    score: float | None = None  # Unigram only: the piece's log probability
+
+
+class Skip(Exception):
+    """A word that its family's mechanisms cannot make one token; the message says why."""
+
+
+class Family:
+    """A tokenizer family: how a word becomes entries (`entries`), or why it is skipped (`Skip`).
+
+    The shared plan loop (TokenizerEditor.plan) asks `entries` for each word, leaves out forms that
+    are one token already, gives ids, builds the edited tokenizer in memory and checks every word
+    in every context. A family holds only what differs between families.
+    """
+
+    name: ClassVar[str]
+    special_score: ClassVar[float | None] = None  # the score of a --special piece (Unigram: a list entry)
+
+    def __init__(self, editor: TokenizerEditor):
+        self.ed = editor
+
+    @staticmethod
+    def matches(data: dict) -> bool:
+        """Whether a parsed tokenizer.json is of this family."""
+        raise NotImplementedError
+
+    def prepare(self, words: list[str]) -> None:
+        """Look at the whole list once before `entries` is asked per word (e.g. forms inside existing tokens)."""
+
+    def normalization(self, w: str, claimed: dict[str, str]) -> tuple[str | None, str | None]:
+        """(the normalized form when entries are matched on normalized text and it differs, why `w`
+        is skipped or None); `claimed` maps normalized forms to the new words that took them."""
+        return None, None
+
+    def entries(self, w: str) -> list[Entry]:
+        """The entries that make `w` one token, or Skip."""
+        raise NotImplementedError
+
+    def admit(self, w: str, entry: Entry) -> bool:
+        """Called for each entry not already a token, in order: False leaves the entry out (the
+        family remembers why); Skip drops the whole word."""
+        return True
+
+    def skip_reason(self, w: str) -> str | None:
+        """Why `w` ended with no entries, when not because they all exist already."""
+        return None
+
+    def finish(self, new: list[NewToken], notes: list[str]) -> None:
+        """Adjust the drafted entries of all words together, and add the family's notes."""
+
+    def needs_ignore_merges(self, new: list[NewToken]) -> bool:
+        """Whether the entries rely on the BPE model's ignore_merges option."""
+        return False
+
+    def merge_pair(self, form: str) -> tuple[str, str] | None:
+        """The two existing pieces a "merge" entry for `form` joins."""
+        return None

@@ -1,0 +1,59 @@
+"""Helpers that more than one family record uses."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+logger = logging.getLogger(__name__)
+
+
+def has_node(node, kind: str) -> bool:
+    """Whether a tokenizer.json component is `kind` or a Sequence that has one."""
+    if not isinstance(node, dict):
+        return False
+    if node.get("type") == kind:
+        return True
+    return any(has_node(n, kind) for n in node.get("pretokenizers") or node.get("normalizers")
+               or node.get("decoders") or [])
+
+
+def split_risks(ed, words: list[str], spell: Callable[[str], str], extra: list[str] = ()) -> dict[str, str]:
+    """The new forms (" return") that are part of an existing token (or of one of `extra`), each
+    with one such piece: an added token for such a form, matched anywhere, would split it."""
+    from ..tokenizer import parts_of
+
+    pieces = [p for p in ed.vocab if p not in ed.added] + list(extra)
+    spelled = {spell(f): f for w in words for f in (w, " " + w)}
+    return {spelled[e]: piece for e, piece in parts_of(pieces, set(spelled)).items()}
+
+
+def splitting_note(ed, new, risks: dict[str, str], why_not_entry: Callable[[str], str]) -> str | None:
+    """The note for added tokens that are part of existing tokens, which now split where they occur."""
+    splitting = [t for t in new if t.mechanism == "added" and t.form in risks]
+    if not splitting:
+        return None
+    t = splitting[0]
+    note = (f"{len(splitting)} added token(s) (e.g. {t.form!r}) are also part of existing tokens (e.g. "
+            f"{ed.text_of(risks[t.form])!r}), which now split where they occur; they cannot be "
+            f"vocabulary entries here ({why_not_entry(t.form)})")
+    logger.warning("%s", note)
+    return note
+
+
+def normalization(ed, w: str, claimed: dict[str, str], existing_is_there: bool) -> tuple[str | None, str | None]:
+    """For families whose entries are matched on normalized text: (the normalized form when it
+    differs from `w`, None), or (None, why `w` is skipped): its normalized form is that of another
+    new word, or (`existing_is_there`) already a token: an uncased "Hello" is "hello", already
+    there, so that one list works on cased and uncased models."""
+    norm = ed.normalize(w)
+    if norm == w:
+        return None, None
+    key = norm.strip()
+    if key in claimed:
+        return None, f"the tokenizer normalizes it to {key!r}, the same as token {claimed[key]!r}"
+    if existing_is_there and ed.has(key) and not ed.has(w):
+        return None, (f"already in the vocabulary as {key!r} (the tokenizer normalizes text, e.g. lowercases, "
+                      "before lookup)")
+    claimed[key] = w
+    return key, None
