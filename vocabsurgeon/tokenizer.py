@@ -637,7 +637,8 @@ class TokenizerEditor:
     def edited(self, plan: TokenizerPlan) -> dict:
         """The tokenizer.json object with the plan applied (self.data is left as it was)."""
         # Copy only what changes (the top level, the model, its vocab, the added tokens): a deep copy
-        # of a 128k-entry tokenizer costs 0.3 s; merges (copied only when one is appended) and the rest are shared, never modified.
+        # of a 128k-entry tokenizer costs 0.3 s; merges (copied only when one is appended) and the
+        # rest are shared, never modified.
         data = dict(self.data)
         model = data["model"] = dict(data["model"])
         if isinstance(model.get("vocab"), dict):
