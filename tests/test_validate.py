@@ -339,35 +339,62 @@ def chat_ckpt(tmp_path_factory):
 
 
 def test_chat_samples_use_the_template_and_its_default_system_prompt(chat_ckpt, gpt2_ckpt):
-    from vocabsurgeon.runtime import chat_prompts, chat_samples, load_tokenizer
+    from vocabsurgeon.runtime import load_tokenizer
+    from vocabsurgeon.tokenizer import chat_samples, render_chats
 
     tok = load_tokenizer(chat_ckpt)
-    samples = chat_samples(tok)
+    samples = [text for text, _ in render_chats(tok)]
     assert len(samples) == 4
     assert samples[0] == ("<|im_start|>system\nYou are a helpful AI assistant.<|im_end|>\n<|im_start|>user\nWhat is "
                           "the capital of France?<|im_end|>\n<|im_start|>assistant\nThe capital of France is Paris."
                           "<|im_end|>\n")
     assert samples[2].startswith("<|im_start|>system\nYou are a helpful assistant. Answer briefly.<|im_end|>")
-    prompts = chat_prompts(tok)
+    prompts = [text for text, _ in render_chats(tok, generation_prompt=True)]
     assert len(prompts) == 4 and all(p.endswith("<|im_end|>\n<|im_start|>assistant\n") for p in prompts)
-    assert chat_samples(load_tokenizer(gpt2_ckpt)) == []  # no template, no samples
+    assert chat_samples(chat_ckpt) == samples + prompts  # what add's plan keeps unchanged
+    assert render_chats(load_tokenizer(gpt2_ckpt)) == [] and chat_samples(gpt2_ckpt) == []  # no template
 
 
-def test_a_word_of_the_chat_template_added_fails_validation(chat_ckpt, tmp_path):
-    out = tmp_path / "out"
-    r = run("add", "-t", "assistant", *FAST, chat_ckpt, out)
+def transformers_add(src: Path, out: Path, words: list[str], noise: float | None = None) -> Path:
+    """The words added the plain transformers way (add_tokens, resize_token_embeddings, save_pretrained),
+    which does not guard the chat template as `vocabsurgeon add` does: a checkpoint made elsewhere."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(src)
+    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
+    tok.add_tokens(words)
+    model.resize_token_embeddings(len(tok))
+    if noise is not None:
+        with torch.no_grad():
+            torch.manual_seed(0)
+            w = model.get_input_embeddings().weight
+            w[-len(words):] = noise * torch.randn(len(words), w.shape[1])
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def test_add_skips_a_word_of_the_chat_template(chat_ckpt, tmp_path):
+    r = run("add", "-t", "assistant", "-t", "Frodo", "--json", "--no-validate", chat_ckpt, tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert {a["token"] for a in d["added"]} == {"Frodo"}
+    assert [s["token"] for s in d["skipped"]] == ["assistant"] and "chat template" in d["skipped"][0]["reason"]
+
+
+def test_a_word_of_the_chat_template_added_elsewhere_fails_validation(chat_ckpt, tmp_path):
+    out = transformers_add(chat_ckpt, tmp_path / "out", ["assistant"])
+    r = run("validate", *FAST, "--json", chat_ckpt, out)
     assert r.exit_code == 3, r.output
-    report = json.loads((out / REPORT_NAME).read_text(encoding="utf-8"))
+    report = json.loads(r.stdout)
     t = report["tokenization"]
-    # the third conversation says "assistant" in its own system message: it may change, the others may not
+    # "<|im_start|>assistant" is in every conversation; the third says "assistant" in its own system
+    # message, so it may change, the others may not
     assert t["chat_samples"] == 4 and t["chat_ids_changed"] == 3
-    assert sorted(t["chat_new_tokens"]) == [" assistant", "assistant"]
-    assert report["failures"] == [
-        ("3 of 4 chat-template conversations tokenize differently: the template's text now holds new token(s) "
-        f"{', '.join(repr(x) for x in t['chat_new_tokens'])}; chat prompts change for every user (remove those words "
-        "from the tokens)")]
+    assert t["chat_new_tokens"] == ["assistant"]
+    assert ("3 of 4 chat-template conversations tokenize differently: the template's text now holds new token(s) "
+            "'assistant'; chat prompts change for every user (remove those words from the tokens)") in report["failures"]
     assert report["kl_chat"]["applicable"] is True and report["kl_chat"]["samples"] == 4
-    assert report["greedy_chat"]["prompts"] == 3  # the prompt whose system message says "assistant" is left out
 
 
 def test_chat_figures_agree_with_an_independent_computation(chat_ckpt, tmp_path):
@@ -380,7 +407,7 @@ def test_chat_figures_agree_with_an_independent_computation(chat_ckpt, tmp_path)
     assert report["tokenization"]["chat_ids_changed"] == 0
     g = report["greedy_chat"]
     assert g["applicable"] is True and g["compared"] == g["prompts"] == 4 and g["differing"] == 0
-    from vocabsurgeon.runtime import CHATS
+    from vocabsurgeon.tokenizer import CHATS
 
     tok = AutoTokenizer.from_pretrained(chat_ckpt)
     kl = []
@@ -400,11 +427,11 @@ def test_chat_figures_agree_with_an_independent_computation(chat_ckpt, tmp_path)
 
 
 def test_chat_greedy_answers_differ_when_the_new_rows_take_over(chat_ckpt, tmp_path):
-    out = tmp_path / "out"
-    r = run("add", "-t", "assistant", "--init", "mean-noise", "--eps", "1e4", *FAST, chat_ckpt, out)
+    out = transformers_add(chat_ckpt, tmp_path / "out", ["assistant"], noise=1e4)
+    r = run("validate", *FAST, "--json", chat_ckpt, out)
     assert r.exit_code == 3
-    g = json.loads((out / REPORT_NAME).read_text(encoding="utf-8"))["greedy_chat"]
-    assert g["compared"] == 3 and g["differing"] >= 1 and g["examples"][0]["base"] != g["examples"][0]["new"]
+    g = json.loads(r.stdout)["greedy_chat"]
+    assert g["applicable"] is True and g["differing"] >= 1 and g["examples"][0]["base"] != g["examples"][0]["new"]
 
 
 # ------------------------------------------------------------------ NaN and Inf, options

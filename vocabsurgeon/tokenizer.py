@@ -134,16 +134,18 @@ def unpadded(tok: Tokenizer) -> Tokenizer:
 
 
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
-# Conversations rendered with the tokenizer's chat template: the rendered text is old text, which
-# must keep its ids (a new "assistant" would re-tokenize every prompt). With and without a system
-# message, so that a default system prompt is rendered too; one ends with the generation prompt.
-SAMPLE_CHATS = (
-    ([{"role": "system", "content": "You are a helpful assistant."},
-      {"role": "user", "content": "What is the capital of France?"},
-      {"role": "assistant", "content": "The capital of France is Paris."}], False),
-    ([{"role": "user", "content": "Hello! Can you write one sentence about the sea?"},
-      {"role": "assistant", "content": "The sea is wide, deep and old."},
-      {"role": "user", "content": "Thank you. And one about the sky?"}], True),
+# Conversations rendered with the checkpoint's chat template: the rendered text is old text, which
+# must keep its ids (a new "assistant" would re-tokenize every prompt), and validation runs it. The
+# first two have no system turn, so that a template's default system prompt (Qwen, SmolLM) renders.
+CHATS: tuple[tuple[tuple[str, str], ...], ...] = (
+    (("user", "What is the capital of France?"), ("assistant", "The capital of France is Paris.")),
+    (("user", "Write a short poem about the sea."),
+     ("assistant", "Waves fold over waves,\nsalt light on the morning shore,\nthe tide keeps its time."),
+     ("user", "Thanks! Now make it rhyme.")),
+    (("system", "You are a helpful assistant. Answer briefly."), ("user", "How many legs does a spider have?"),
+     ("assistant", "A spider has eight legs.")),
+    (("system", "You are a careful programmer."), ("user", "Write a Python function that adds two numbers."),
+     ("assistant", "def add(a, b):\n    return a + b")),
 )
 
 
@@ -160,9 +162,41 @@ def chat_template(directory: str | Path) -> str | None:
     return template if isinstance(template, str) and template.strip() else None
 
 
+def has_chat_template(tok) -> bool:
+    """Whether a loaded transformers tokenizer has a chat template."""
+    return bool(getattr(tok, "chat_template", None))
+
+
+def _render(tok, turns, generation_prompt: bool) -> str | None:
+    """One conversation through the chat template, or None when the template refuses it (e.g. no system role)."""
+    messages = [{"role": r, "content": c} for r, c in turns]
+    try:
+        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+    except Exception as e:  # a template may raise on a role it does not support (Gemma: no system turn)
+        logger.debug("the chat template refuses a conversation (%s)", e)
+        return None
+    return text if isinstance(text, str) and text else None
+
+
+def render_chats(tok, generation_prompt: bool = False) -> list[tuple[str, list[str]]]:
+    """The sample conversations (CHATS) rendered with a loaded tokenizer's chat template, each with
+    the texts of its messages; [] without a template. With `generation_prompt`, each conversation up
+    to its last user turn, ending in the template's generation prompt (what a chat user sends)."""
+    if not has_chat_template(tok):
+        return []
+    out = []
+    for turns in CHATS:
+        if generation_prompt:
+            turns = turns[:max(i for i, (role, _) in enumerate(turns) if role == "user") + 1]
+        text = _render(tok, turns, generation_prompt)
+        if text is not None:
+            out.append((text, [c for _, c in turns]))
+    return out
+
+
 def chat_samples(directory: str | Path) -> list[str]:
-    """The checkpoint's chat template rendered by transformers (`apply_chat_template`) with a few
-    sample conversations (SAMPLE_CHATS); [] when it has no chat template.
+    """The checkpoint's chat template rendered by transformers with the sample conversations
+    (CHATS), whole and as prompts ending in the generation prompt; [] without a chat template.
 
     Example:
         >>> chat_samples("fixtures/gpt2-tiny")  # no chat template
@@ -178,16 +212,9 @@ def chat_samples(directory: str | Path) -> list[str]:
         logger.warning("%s: cannot load the tokenizer with transformers to render its chat template (%s: %s)",
                        directory, type(e).__name__, e)
         return []
-    texts = []
-    for conversation, generation_prompt in SAMPLE_CHATS:
-        for turns in (conversation, [m for m in conversation if m["role"] != "system"]):
-            try:
-                text = tok.apply_chat_template(turns, tokenize=False, add_generation_prompt=generation_prompt)
-            except Exception as e:  # templates raise on what they do not support (e.g. a system message)
-                logger.info("chat template: a sample conversation does not render (%s)", e)
-                continue
-            if text not in texts:
-                texts.append(text)
+    texts: list[str] = []
+    for generation_prompt in (False, True):
+        texts += [t for t, _ in render_chats(tok, generation_prompt) if t not in texts]
     return texts
 
 

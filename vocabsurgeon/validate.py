@@ -72,8 +72,8 @@ from .runtime import (
     loaded_model,
     model_kind,
     read_corpus,
-    render_chats,
 )
+from .tokenizer import render_chats
 
 logger = logging.getLogger(__name__)
 
