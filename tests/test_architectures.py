@@ -27,7 +27,7 @@ from builders import SPECIAL, bytelevel_tokenizer, save_checkpoint
 from vocabsurgeon.architectures import ARCHITECTURES, detect, text_config
 from vocabsurgeon.checkpoint import INDEX_NAME, Checkpoint
 from vocabsurgeon.cli import cli
-from vocabsurgeon.validate import REPORT_NAME
+from vocabsurgeon.filenames import REPORT_NAME
 
 WORDS = ["Frodo", "Gandalf"]
 TEXT_OLD = "The parser returns a list of strings, and the caller joins them with spaces."

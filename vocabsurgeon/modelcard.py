@@ -21,7 +21,7 @@ import os
 import re
 from pathlib import Path
 
-from .filenames import CARD_NAME, TOKENS_LIST_NAME
+from .filenames import CARD_NAME, REPORT_NAME, TOKENS_LIST_NAME
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +137,6 @@ def _validation_section(report: dict | None, plot_rel: str | None) -> list[str]:
     lines.append("")
     if plot_rel:
         lines += [f"![Histogram of per-position KL]({plot_rel})", ""]
-    from .validate import REPORT_NAME
 
     lines += [f"The full report is in [`{REPORT_NAME}`]({REPORT_NAME}).", ""]
     return lines

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import InputError, PushError
+from .filenames import REPORT_NAME
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +88,6 @@ class Finished:
 
 def validation_brief(report: dict, out: str | os.PathLike) -> dict:
     """The few figures of a validation report that the add summary carries."""
-    from .validate import REPORT_NAME
 
     return {"passed": report["passed"], "failures": report["failures"], "report": str(Path(out) / REPORT_NAME),
             "method": report.get("method"), "kl": {k: report["kl"][k] for k in ("mean", "p99", "max", "bound")},

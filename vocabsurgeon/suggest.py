@@ -35,7 +35,8 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from .errors import InputError
-from .tokenizer import TOKENIZER_FILE, convert_slow_tokenizer
+from .filenames import TOKENIZER_FILE
+from .tokenizer import convert_slow_tokenizer
 from .wordlist import MAX_TOKEN_CHARS
 
 logger = logging.getLogger(__name__)

@@ -24,12 +24,13 @@ import numpy as np
 
 from . import __version__
 from .architectures import VocabLayout, detect, text_config
-from .checkpoint import FLOAT_DTYPES, INDEX_NAME, Checkpoint, read_header, same_bytes
+from .checkpoint import FLOAT_DTYPES, Checkpoint, read_header, same_bytes
 from .errors import InputError, VocabSurgeonError, WriteError
 from .hub import Source, resolve_checkpoint
 from .modelcard import write_model_card
 from .init import DEFAULT_EPS, InitContext, NewRows, accumulate_stats, check_eps, get_strategy, kl_bound, resolve_device
-from .tokenizer import STALE_SLOW_FILES, TOKENIZER_CONFIG, TOKENIZER_FILE, TokenizerEditor, TokenizerPlan, verify_tokenizer
+from .filenames import CONFIG_NAME, INDEX_NAME, STALE_SLOW_FILES, TOKENIZER_CONFIG, TOKENIZER_FILE
+from .tokenizer import TokenizerEditor, TokenizerPlan, verify_tokenizer
 from .writer import (
     GrownTensor, Syncer, check_output_path, copy_file, copy_old_bytes, final_layout, reserve_layout, staging,
     write_json, write_rows,
@@ -37,7 +38,6 @@ from .writer import (
 
 logger = logging.getLogger(__name__)
 
-REPORT_NAME = "vocabsurgeon_report.json"
 
 
 @dataclass
@@ -632,7 +632,7 @@ def _write_metadata_files(plan: Plan, stage: Path, grown: dict[str, GrownTensor]
         for key in path[:-1]:
             node = node[key]
         node[path[-1]] = plan.rows_after
-    write_json(stage / "config.json", config)
+    write_json(stage / CONFIG_NAME, config)
     if plan.tokens.new:
         plan.editor.write(plan.tokens, stage)
 
@@ -649,7 +649,7 @@ def _parameters_added(plan: Plan, grown: dict[str, GrownTensor]) -> int:
 
 
 # Files that are rewritten above, or that must never be carried over.
-_HANDLED = {INDEX_NAME, "config.json", TOKENIZER_FILE, TOKENIZER_CONFIG}
+_HANDLED = {INDEX_NAME, CONFIG_NAME, TOKENIZER_FILE, TOKENIZER_CONFIG}
 
 
 def _copy_other_files(plan: Plan, stage: Path) -> None:

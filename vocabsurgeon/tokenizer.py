@@ -36,19 +36,14 @@ from tokenizers import Tokenizer
 
 from .checkpoint import read_json
 from .errors import InputError, VocabSurgeonError
+from .filenames import CHAT_TEMPLATE_FILES, SLOW_TOKENIZER_FILE, TOKENIZER_CONFIG, TOKENIZER_FILE
 from .families import SUPPORTED_FAMILIES, Skip, detect_family, family_of
 from .writer import write_json
 
 logger = logging.getLogger(__name__)
 
-TOKENIZER_FILE = "tokenizer.json"
-TOKENIZER_CONFIG = "tokenizer_config.json"
-SLOW_TOKENIZER_FILE = "tokenizer.model"
 # tokenizer_config classes that load tokenizer.json without rebuilding it.
 FILE_AS_WRITTEN_CLASSES = {"PreTrainedTokenizerFast", "TokenizersBackend"}
-# Slow-tokenizer files that would not have the new tokens: left out of the output when
-# tokenizer.json is rewritten, so that no loader silently gets the old vocabulary from them.
-STALE_SLOW_FILES = ("tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "vocab.json", "merges.txt", "vocab.txt")
 # Placeholder tokens that models ship for later use (Llama 3, Gemma, BERT): --reuse-reserved takes them.
 RESERVED_TOKEN = re.compile(r"<\|reserved_special_token_\d+\|>|<unused\d+>|\[unused\d+\]|<\|reserved_\d+\|>")
 GAP_PIECE = "<vocabsurgeon unused {}>"  # Unigram placeholders; the space makes them unreachable
@@ -133,7 +128,6 @@ def unpadded(tok: Tokenizer) -> Tokenizer:
     return tok
 
 
-CHAT_TEMPLATE_FILE = "chat_template.jinja"
 # Conversations rendered with the checkpoint's chat template: the rendered text is old text, which
 # must keep its ids (a new "assistant" would re-tokenize every prompt), and validation runs it. The
 # first two have no system turn, so that a template's default system prompt (Qwen, SmolLM) renders.
@@ -152,8 +146,8 @@ CHATS: tuple[tuple[tuple[str, str], ...], ...] = (
 def chat_template(directory: str | Path) -> str | None:
     """The checkpoint's chat template (chat_template.jinja, or tokenizer_config.json's `chat_template`)."""
     directory = Path(directory)
-    if (directory / CHAT_TEMPLATE_FILE).is_file():
-        return (directory / CHAT_TEMPLATE_FILE).read_text(encoding="utf-8")
+    if (directory / CHAT_TEMPLATE_FILES[0]).is_file():
+        return (directory / CHAT_TEMPLATE_FILES[0]).read_text(encoding="utf-8")
     cfg = directory / TOKENIZER_CONFIG
     template = read_json(cfg).get("chat_template") if cfg.is_file() else None
     if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
@@ -584,7 +578,7 @@ class TokenizerEditor:
 
         with tempfile.TemporaryDirectory(prefix="vocabsurgeon-plan-") as d:
             for f in self.dir.iterdir():  # what the loader reads besides the two files written here
-                if f.is_file() and (f.suffix == ".json" or f.name == CHAT_TEMPLATE_FILE) \
+                if f.is_file() and (f.suffix == ".json" or f.name == CHAT_TEMPLATE_FILES[0]) \
                         and f.name not in (TOKENIZER_FILE, TOKENIZER_CONFIG):
                     shutil.copyfile(f, Path(d) / f.name)
             write_json(Path(d) / TOKENIZER_FILE, self.edited(plan))

@@ -56,6 +56,7 @@ from .checks import (
     read_checks,
 )
 from .errors import InputError, ValidationFailed
+from .filenames import CONFIG_NAME, REPORT_NAME  # noqa: F401 (REPORT_NAME: re-exported)
 from .hub import resolve_checkpoints
 from .init import kl_bound
 from .runtime import (
@@ -89,7 +90,6 @@ __all__ = [
     "validate_checkpoint",
 ]
 
-REPORT_NAME = "vocabsurgeon_report.json"
 DEFAULT_MAX_TOKENS = 2048  # corpus positions of the KL check (and tokens of the usability check)
 PLAIN_PROMPTS = (
     "The weather this morning was",
@@ -381,7 +381,7 @@ def _spread(ids: list[int], m: int) -> list[int]:
 def _config(path: Path) -> dict:
     from .checkpoint import read_json
 
-    cfg_path = path / "config.json"
+    cfg_path = path / CONFIG_NAME
     if not cfg_path.is_file():
         raise InputError(f"{cfg_path}: missing; pass a Hugging Face checkpoint directory")
     return read_json(cfg_path)
