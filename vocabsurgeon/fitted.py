@@ -1,0 +1,610 @@
+"""The fitted init (`--init fitted`): new rows fitted from forward passes of the frozen model.
+
+Unlike the strategies in `init.py` (pure functions of the old rows), this one runs the model, so
+surgery calls `fit_rows` once before the rows are written and the `fitted` strategy hands out its
+result. Nothing else in the model changes.
+
+- Output rows, convex. At each position of contexts that use the new words, the ideal new
+  distribution is the old one with the probability of a word's spelling, q = p_old(pieces | prefix),
+  moved from its first piece onto the new token. With the old rows and the hidden state h fixed,
+  only the new logits h . w are free, and the cross-entropy against that ideal is convex in the new
+  rows; where no new word follows (q = 0) it is exactly KL(p_old || p_new), so the KL penalty is part
+  of the objective. Old text (half of the packaged corpus) adds such q = 0 positions. Minimized with
+  L-BFGS from the mean row, with an L2 penalty toward it (a prior worth `l2` positions of evidence).
+- Input rows, distillation (AweDist, 2025). The model reading the new token must give the hidden
+  states it gives on the word's pieces, at the positions that follow; Adam over the new rows only,
+  starting from the sub-word mean.
+- Contexts: windows of a corpus that use the words (at most `contexts_per_word` per token), or,
+  without a corpus, text the model generates after a few prompts per word (seeded).
+
+Deterministic for a seed on one machine. The library never prints: progress goes to a callback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InputError
+
+logger = logging.getLogger(__name__)
+
+# progress(stage, done, total): the CLI draws one bar per stage
+Progress = Callable[[str, int, int], None]
+
+# The output fit's L2 weight per start row, chosen on the trained fixtures (bench/RESULTS.md): the
+# largest bits-per-byte gain with old-text KL mean within log(1 + k/n) and p99 under 0.05 nats.
+DEFAULT_L2 = {"mean": 1.0, "subword-mean": 3.0}
+
+# Prompts of generated contexts; "{}" is the form (" Frodo" carries its space)
+BARE_PROMPTS = ("{}", "\"{}", "{} is", "({}")
+SPACE_PROMPTS = ("The{}", "It was{}", "We talked about{}", "I saw{}")
+
+
+@dataclass(frozen=True)
+class FitToken:
+    """One new token as fitting sees it: the text it stands for and its pieces under the old tokenizer."""
+
+    form: str
+    pieces: tuple[int, ...]
+
+
+@dataclass
+class FitOptions:
+    """Bounds and knobs of the fit; the CLI's --fit-* flags map one to one."""
+
+    corpus: str | None = None  # text that uses the words; None: generated contexts
+    contexts_per_word: int = 16  # windows per new token, at most
+    context_tokens: int = 128  # tokens per window (capped by the model's positions)
+    input_steps: int = 200  # Adam steps of the input distillation
+    output_steps: int = 100  # L-BFGS iterations of the output fit
+    batch_size: int = 16  # windows per distillation step
+    lr: float = 0.1  # Adam step, relative to the rms of the old input rows
+    # Weight of the L2 prior toward the start row (sum objective, logit units); None: DEFAULT_L2 of the start.
+    l2: float | None = None
+    # Mass the ideal puts on a new token where its word follows: "corpus" = 1 (the corpus is right:
+    # maximum likelihood of the new tokenization), "model" = p_old(pieces | prefix) (the old model is
+    # right); default: corpus with a corpus, model for generated contexts.
+    target: str | None = None
+    # Prior of the output rows: "mean" (keeps the KL near the mean-init bound) or "subword-mean"
+    # (a tied row must also serve as input: it stays near the pieces' mean, which reads well).
+    output_start: str = "mean"
+    old_text_tokens: int = 2048  # positions of packaged old text in the output objective (and as many held out)
+    seed: int = 0
+    device: str = "cpu"
+    generated_tokens: int = 48  # generated contexts: tokens sampled after each prompt
+    prompts_per_word: int = 4
+
+
+@dataclass
+class FitResult:
+    """Fitted rows, (k, hidden) float64 in the order of the tokens given, and what was done."""
+
+    input_rows: np.ndarray | None
+    output_rows: np.ndarray | None
+    report: dict = field(default_factory=dict)
+
+
+@dataclass
+class Run:
+    """An occurrence of a new token in a window: old ids [start, start + length) become token j."""
+
+    start: int
+    length: int
+    j: int
+
+
+@dataclass
+class Window:
+    """One context: ids under the old tokenizer, the runs of pieces that become new tokens, and
+    the ids the new tokenizer gives (a new token j as n_old + j)."""
+
+    old: list[int]
+    runs: list[Run]
+
+    def new_ids(self, n_old: int) -> list[int]:
+        out, i = [], 0
+        for r in self.runs:
+            out += self.old[i:r.start] + [n_old + r.j]
+            i = r.start + r.length
+        return out + self.old[i:]
+
+    def aligned(self) -> tuple[list[int], list[int]]:
+        """(old positions, new positions) whose outputs should agree, from the first new token on:
+        the new token's position matches its last piece's, and piece-interior positions have no match."""
+        olds, news = [], []
+        if not self.runs:
+            return olds, news
+        shift, ri = 0, 0
+        for i in range(self.runs[0].start, len(self.old)):
+            while ri < len(self.runs) and i >= self.runs[ri].start + self.runs[ri].length:
+                shift += self.runs[ri].length - 1
+                ri += 1
+            if ri < len(self.runs) and i >= self.runs[ri].start:
+                r = self.runs[ri]
+                if i != r.start + r.length - 1:
+                    continue  # inside the word: no new position reads these pieces
+                olds.append(i)
+                news.append(r.start - shift)
+                continue
+            olds.append(i)
+            news.append(i - shift)
+        return olds, news
+
+
+def find_runs(ids: list[int], tokens: list[FitToken]) -> list[Run]:
+    """Left to right, the longest new token whose pieces start at each position (as added tokens
+    match: a word inside a longer one is replaced too)."""
+    by_first: dict[int, list[tuple[tuple[int, ...], int]]] = {}
+    for j, t in enumerate(tokens):
+        if t.pieces:
+            by_first.setdefault(t.pieces[0], []).append((t.pieces, j))
+    for cands in by_first.values():
+        cands.sort(key=lambda c: -len(c[0]))
+    runs, i = [], 0
+    while i < len(ids):
+        for pieces, j in by_first.get(ids[i], ()):
+            if tuple(ids[i:i + len(pieces)]) == pieces:
+                runs.append(Run(i, len(pieces), j))
+                i += len(pieces)
+                break
+        else:
+            i += 1
+    return runs
+
+
+def _encode(tok, text: str) -> list[int]:
+    return list(tok(text, add_special_tokens=False, verbose=False).input_ids)
+
+
+def _prefix(tok) -> list[int]:
+    """What each window starts with (as validation does): the BOS token, else a newline."""
+    return [tok.bos_token_id] if tok.bos_token_id is not None else _encode(tok, "\n")
+
+
+def corpus_windows(text: str, tok, tokens: list[FitToken], length: int, per_token: int) -> list[Window]:
+    """Windows of the paragraphs of `text` that hold new tokens, in corpus order, taken while a
+    token they hold has fewer than `per_token` windows."""
+    prefix = _prefix(tok)
+    step = max(1, length - len(prefix))
+    counts = [0] * len(tokens)
+    out = []
+    for para in (p for p in text.split("\n\n") if p.strip()):
+        ids = _encode(tok, para)
+        for s in range(0, len(ids), step):
+            w = Window(prefix + ids[s:s + step], [])
+            w.runs = find_runs(w.old, tokens)
+            held = {r.j for r in w.runs}
+            if any(counts[j] < per_token for j in held):
+                out.append(w)
+                for j in held:
+                    counts[j] += 1
+    return out
+
+
+def _torch_device(device: str):
+    import torch
+
+    from .init import resolve_device
+
+    d = resolve_device(device)
+    return torch.device("cpu") if d == "cpu" else d
+
+
+class _Model:
+    """The frozen causal LM: hidden states (the output layer's input) and the old output rows."""
+
+    def __init__(self, path: Path, device: str):
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        from .architectures import text_config
+        from .checkpoint import read_json
+
+        if not (path / "config.json").is_file():
+            raise InputError(f"{path}: no config.json; --init fitted needs a checkpoint transformers can load")
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()  # the library never prints: no load reports or bars
+        hf_logging.disable_progress_bar()
+        cfg = AutoConfig.from_pretrained(path, trust_remote_code=False)
+        self.device = _torch_device(device)
+        dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
+        try:
+            self.model = AutoModelForCausalLM.from_pretrained(path, config=cfg, dtype=dtype,
+                                                              trust_remote_code=False).to(self.device)
+        except (ValueError, KeyError) as e:
+            raise InputError(f"{path}: --init fitted needs a causal language model transformers can build ({e}); "
+                             "use --init mean or subword-mean") from None
+        self.model.eval().requires_grad_(False)
+        out = self.model.get_output_embeddings()
+        self.W = out.weight.detach()  # (n, hidden)
+        self.b = out.bias.detach() if getattr(out, "bias", None) is not None else None
+        self.E = self.model.get_input_embeddings().weight.detach()  # (n, hidden)
+        self.n = self.W.shape[0]
+        tc = text_config(read_json(path / "config.json"))
+        positions = [tc.get(k) for k in ("max_position_embeddings", "n_positions", "n_ctx")]
+        self.max_len = next((p for p in positions if isinstance(p, int) and p > 0), 2048)
+        self._checked = False
+
+    def hidden(self, ids, mask=None, embeds=None):
+        """(B, T, hidden) last hidden states: the output layer's input."""
+        kwargs = {"attention_mask": mask, "use_cache": False}
+        if embeds is not None:
+            return self.model.base_model(inputs_embeds=embeds, **kwargs).last_hidden_state
+        return self.model.base_model(input_ids=ids, **kwargs).last_hidden_state
+
+    def logits(self, h):
+        z = h.float() @ self.W.float().T
+        return z + self.b.float() if self.b is not None else z
+
+    def check_linear_head(self, ids) -> None:
+        """The fit assumes logits = h . W (+ b); refuse models that scale or cap them."""
+        import torch
+
+        with torch.no_grad():
+            want = self.model(input_ids=ids[:1], attention_mask=torch.ones_like(ids[:1]), use_cache=False).logits.float()
+            got = self.logits(self.hidden(ids[:1]))
+        tol = 1e-3 * max(1.0, float(want.abs().max()))
+        if not torch.allclose(want, got, atol=tol, rtol=0):
+            raise InputError(f"{type(self.model).__name__} computes its logits with more than hidden . lm_head "
+                             "(scaling or capping), which --init fitted does not model; use --init mean or subword-mean")
+        self._checked = True
+
+
+def _pad(seqs: list[list[int]], pad: int, device):
+    import torch
+
+    T = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), T), pad, dtype=torch.long)
+    mask = torch.zeros((len(seqs), T), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)] = torch.tensor(s)
+        mask[i, :len(s)] = 1
+    return ids.to(device), mask.to(device)
+
+
+@dataclass
+class _Teacher:
+    """What the frozen model says on each window (old tokenization), kept on the CPU."""
+
+    h: list  # per window: (T, hidden) float32 hidden states
+    logz: list  # per window: (T,) float64 log partition function
+    lp_next: list  # per window: (T - 1,) float64 log p(next old id)
+
+
+def _teach(m: _Model, windows: list[Window], batch: int, say: Progress) -> _Teacher:
+    import torch
+
+    t = _Teacher([], [], [])
+    for s in range(0, len(windows), batch):
+        part = windows[s:s + batch]
+        ids, mask = _pad([w.old for w in part], 0, m.device)
+        if not m._checked:
+            m.check_linear_head(ids[:, :int(mask[0].sum())])
+        with torch.no_grad():
+            h = m.hidden(ids, mask)
+            z = m.logits(h).double()
+            lz = z.logsumexp(-1)
+            lp = z[:, :-1].gather(-1, ids[:, 1:, None])[..., 0] - lz[:, :-1]
+        for i, w in enumerate(part):
+            T = len(w.old)
+            t.h.append(h[i, :T].float().cpu())
+            t.logz.append(lz[i, :T].cpu())
+            t.lp_next.append(lp[i, :T - 1].cpu())
+        say("model on contexts", min(s + batch, len(windows)), len(windows))
+    return t
+
+
+@dataclass
+class _OutputData:
+    """Positions of the output objective: hidden states, old log Z, and where a new word follows
+    with which probability q."""
+
+    h: object  # (P, hidden)
+    logz: object  # (P,)
+    q_pos: object  # (Q,) position index
+    q_tok: object  # (Q,) token index j
+    q: object  # (Q,) p_old(pieces | prefix)
+
+
+def _output_data(windows: list[Window], teacher: _Teacher, target: str = "model") -> _OutputData:
+    import torch
+
+    hs, lzs, qp, qt, qv = [], [], [], [], []
+    base = 0
+    for w, h, lz, lp in zip(windows, teacher.h, teacher.logz, teacher.lp_next):
+        keep = torch.ones(len(w.old), dtype=torch.bool)
+        for r in w.runs:
+            keep[r.start:r.start + r.length - 1] = False  # predict a piece inside the word: no new position
+        index = torch.cumsum(keep.long(), 0) - 1 + base
+        for r in w.runs:
+            if r.start == 0:
+                continue
+            qp.append(int(index[r.start - 1]))
+            qt.append(r.j)
+            qv.append(1.0 if target == "corpus" else float(lp[r.start - 1:r.start + r.length - 1].sum().exp()))
+        hs.append(h[keep])
+        lzs.append(lz[keep])
+        base += int(keep.sum())
+    return _OutputData(torch.cat(hs), torch.cat(lzs), torch.tensor(qp, dtype=torch.long),
+                       torch.tensor(qt, dtype=torch.long), torch.tensor(qv, dtype=torch.float64))
+
+
+def _kl_new(h, logz, W, b_new):
+    """KL(p_old || p_new) at positions where no new word follows: log(1 + sum_j exp(h.w_j + b - log Z))."""
+    s = h @ W.T + b_new  # (P, k)
+    return (s.logsumexp(-1) - logz).exp().log1p()
+
+
+def _kl_figures(kl) -> dict:
+    kl = np.asarray(kl, dtype=np.float64)
+    if kl.size == 0:
+        return {"positions": 0, "mean": None, "p99": None, "max": None}
+    return {"positions": int(kl.size), "mean": float(kl.mean()), "p99": float(np.quantile(kl, 0.99)),
+            "max": float(kl.max())}
+
+
+def fit_output_rows(data: _OutputData, prior, b_new: float, l2: float, steps: int, say: Progress):
+    """The new output rows minimizing sum over positions of CE(ideal || p_new) + l2/2 * scale * |W - prior|^2.
+
+    Per position: log(Z_old + sum_j exp(s_j)) - sum_j q_j s_j - log Z_old, s = h . W^T + b. Convex in
+    W (a log-sum-exp minus a linear term), so L-BFGS finds the optimum. The L2 weight is in logit
+    units: `scale` is the mean squared hidden-state coordinate, so moving a row by d costs about what
+    moving a typical logit by |d| * rms(h) * sqrt(hidden) does.
+    """
+    import torch
+
+    h, logz = data.h.double(), data.logz.double()
+    prior = prior.double()
+    scale = float((h ** 2).mean()) * h.shape[1]
+    lam = l2 * scale
+    W = prior.clone().requires_grad_(True)
+    opt = torch.optim.LBFGS([W], lr=1.0, max_iter=steps, history_size=20, line_search_fn="strong_wolfe",
+                            tolerance_grad=1e-10, tolerance_change=1e-12)
+    calls = [0]
+
+    def closure():
+        opt.zero_grad()
+        s = h @ W.T + b_new  # (P, k)
+        obj = torch.logaddexp(logz, s.logsumexp(-1)).sum() - logz.sum()
+        obj = obj - (data.q * s[data.q_pos, data.q_tok]).sum() + 0.5 * lam * ((W - prior) ** 2).sum()
+        obj.backward()
+        calls[0] += 1
+        say("output rows", min(calls[0], steps), steps)
+        return obj
+
+    opt.step(closure)
+    return W.detach(), calls[0]
+
+
+def distill_input_rows(m: _Model, windows: list[Window], teacher: _Teacher, start, steps: int, batch: int,
+                       lr: float, seed: int, say: Progress):
+    """Input rows such that the model reading new tokens gives the hidden states it gives on their
+    pieces, at the aligned positions from the first new token on (MSE relative to |h|^2)."""
+    import torch
+
+    R = start.clone().float().to(m.device).requires_grad_(True)
+    rms = float(m.E.float().pow(2).mean().sqrt())
+    opt = torch.optim.Adam([R], lr=lr * rms)
+    usable = [i for i, w in enumerate(windows) if w.runs]
+    if not usable or steps <= 0:
+        return R.detach().double().cpu(), 0.0
+    rng = np.random.default_rng(seed)
+    order: list[int] = []
+    h2 = float(torch.cat([teacher.h[i] for i in usable]).pow(2).sum(-1).mean())
+    pieces = [w.new_ids(m.n) for w in windows]
+    aligned = [w.aligned() for w in windows]
+    loss_v = float("nan")
+    for step in range(steps):
+        if len(order) < batch:
+            order += list(rng.permutation(usable))
+        part, order = order[:batch], order[batch:]
+        ids, mask = _pad([pieces[i] for i in part], 0, m.device)
+        is_new = ids >= m.n
+        emb = m.E[ids.clamp(max=m.n - 1)]
+        emb = torch.where(is_new[..., None], R[(ids - m.n).clamp(min=0)].to(emb.dtype), emb)
+        h = m.hidden(None, mask, embeds=emb).float()
+        loss = 0.0
+        count = 0
+        for b, i in enumerate(part):
+            olds, news = aligned[i]
+            tgt = teacher.h[i][olds].to(m.device)
+            loss = loss + ((h[b, news] - tgt) ** 2).sum()
+            count += len(olds)
+        loss = loss / (count * h2)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        loss_v = float(loss.detach())
+        say("input rows", step + 1, steps)
+    return R.detach().double().cpu(), loss_v
+
+
+def generated_windows(m: _Model, tok, tokens: list[FitToken], opts: FitOptions, say: Progress) -> list[Window]:
+    """Contexts the model writes itself: each form in a few prompts, continued by seeded sampling."""
+    import torch
+
+    prefix = _prefix(tok)
+    prompts = []
+    for t in tokens:
+        templates = SPACE_PROMPTS if t.form.startswith(" ") else BARE_PROMPTS
+        for p in templates[:opts.prompts_per_word]:
+            prompts.append(prefix + _encode(tok, p.format(t.form)))
+    eos = tok.eos_token_id
+    pad = tok.pad_token_id if tok.pad_token_id is not None else (eos if eos is not None else 0)
+    gen = torch.Generator(device="cpu").manual_seed(opts.seed)
+    limit = min(opts.context_tokens, m.max_len)
+    out = []
+    batch = max(1, opts.batch_size)
+    for s in range(0, len(prompts), batch):
+        part = [p[:limit - 1] for p in prompts[s:s + batch]]
+        seqs = [list(p) for p in part]
+        done = [False] * len(seqs)
+        for _ in range(min(opts.generated_tokens, limit - max(len(p) for p in part))):
+            ids, mask = _pad(seqs, pad, m.device)
+            with torch.no_grad():
+                h = m.hidden(ids, mask)
+                last = mask.sum(1) - 1
+                z = m.logits(h[torch.arange(len(seqs)), last]).float().cpu()
+            nxt = torch.multinomial(z.softmax(-1), 1, generator=gen)[:, 0].tolist()
+            for i, t in enumerate(nxt):
+                if not done[i]:
+                    seqs[i].append(t)
+                    done[i] = t == eos
+            if all(done):
+                break
+        for sq in seqs:
+            w = Window(sq, [])
+            w.runs = find_runs(w.old, tokens)
+            out.append(w)
+        say("generating contexts", min(s + batch, len(prompts)), len(prompts))
+    return out
+
+
+def _old_text_windows(tok, length: int, max_tokens: int) -> tuple[list[Window], list[Window]]:
+    """The packaged corpus, in windows: even paragraphs for the objective, odd ones held out for the report."""
+    text = resources.files("vocabsurgeon").joinpath("data/corpus.txt").read_text(encoding="utf-8")
+    prefix = _prefix(tok)
+    step = max(1, length - len(prefix))
+    halves: tuple[list[Window], list[Window]] = ([], [])
+    used = [0, 0]
+    for i, para in enumerate(p for p in text.split("\n\n") if p.strip()):
+        ids = _encode(tok, para)
+        for s in range(0, len(ids), step):
+            if used[i % 2] >= max_tokens:
+                break
+            part = ids[s:s + step]
+            halves[i % 2].append(Window(prefix + part, []))
+            used[i % 2] += len(part)
+    return halves
+
+
+def _corpus_id(path: str) -> tuple[str, str]:
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise InputError(f"{p}: cannot read the fit corpus ({e.strerror}); pass a UTF-8 text file to --fit-corpus") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{p}: invalid UTF-8 at byte {e.start}; save the fit corpus as UTF-8") from None
+    return text, hashlib.sha256(data).hexdigest()
+
+
+def fit_rows(src: str | Path, tokens: list[FitToken], roles: set[str], options: FitOptions | None = None,
+             progress: Progress | None = None) -> FitResult:
+    """Fit the new rows of the checkpoint at `src` (the original) for `tokens`.
+
+    Args:
+        src: the original checkpoint directory (a causal LM transformers can build).
+        tokens: the new tokens, in row order; tokens without pieces (special tokens) keep the
+            sub-word mean / mean row.
+        roles: {"input"}, {"output"} or both: which rows to fit (input: distillation; output: convex fit).
+        options: `FitOptions`.
+        progress: called with (stage, done, total).
+
+    Returns:
+        FitResult with (k, hidden) float64 rows for each fitted role and a report: method, contexts
+        (corpus name and sha256, or "generated"), windows and occurrences per token, steps, seconds,
+        old-text KL (mean, p99, max; held-out packaged text) of the output rows.
+
+    Raises:
+        InputError: the model cannot be loaded as a causal LM, its logits are not hidden . lm_head,
+            or the corpus cannot be read.
+
+    Example:
+        >>> r = fit_rows("fixtures/llama-tiny", [FitToken(" Frodo", (1, 2))], {"output"})  # doctest: +SKIP
+        >>> r.output_rows.shape  # doctest: +SKIP
+        (1, 64)
+    """
+    import torch
+
+    opts = options or FitOptions()
+    target = opts.target or ("corpus" if opts.corpus is not None else "model")
+    if target not in ("corpus", "model"):
+        raise InputError(f"fit target {target!r} is not one of corpus, model")
+    say = progress or (lambda stage, done, total: None)
+    src = Path(src)
+    t0 = time.perf_counter()
+    torch.manual_seed(opts.seed)
+    from transformers import AutoTokenizer
+
+    m = _Model(src, opts.device)
+    tok = AutoTokenizer.from_pretrained(src)
+    length = max(8, min(opts.context_tokens, m.max_len))
+    report: dict = {"method": "fitted", "roles": sorted(roles), **{k: v for k, v in asdict(opts).items()
+                                                                    if k not in ("corpus", "device")}}
+    if opts.corpus is not None:
+        text, sha = _corpus_id(opts.corpus)
+        windows = corpus_windows(text, tok, tokens, length, opts.contexts_per_word)
+        report["contexts"] = {"source": "corpus", "name": Path(opts.corpus).name, "sha256": sha}
+    else:
+        windows = generated_windows(m, tok, tokens, opts, say)
+        report["contexts"] = {"source": "generated", "prompts_per_word": opts.prompts_per_word,
+                              "generated_tokens": opts.generated_tokens}
+    occurrences = [0] * len(tokens)
+    for w in windows:
+        for r in w.runs:
+            occurrences[r.j] += 1
+    missing = [t.form for t, c in zip(tokens, occurrences) if c == 0 and t.pieces]
+    if missing:
+        logger.warning("%d new token(s) never occur in the contexts, e.g. %r: their rows stay at the starting point",
+                       len(missing), missing[0])
+    report["contexts"].update({"windows": len(windows), "occurrences": sum(occurrences),
+                               "tokens_without_context": missing[:20], "n_tokens_without_context": len(missing)})
+
+    k, d = len(tokens), m.E.shape[1]
+    E64 = m.E.double().cpu()
+    sub = torch.stack([E64[list(t.pieces)].mean(0) if t.pieces else E64.mean(0) for t in tokens]) if k else \
+        torch.zeros((0, d), dtype=torch.float64)
+    teacher = _teach(m, windows, opts.batch_size, say) if windows else _Teacher([], [], [])
+    result = FitResult(None, None, report)
+    if "input" in roles:
+        t1 = time.perf_counter()
+        rows, loss = distill_input_rows(m, windows, teacher, sub, opts.input_steps, opts.batch_size, opts.lr,
+                                        opts.seed, say)
+        result.input_rows = rows.numpy()
+        report["input"] = {"start": "subword-mean", "steps": opts.input_steps, "final_loss": loss,
+                           "seconds": round(time.perf_counter() - t1, 3)}
+    if "output" in roles:
+        t1 = time.perf_counter()
+        fit_old, held_old = _old_text_windows(tok, length, opts.old_text_tokens)
+        old_teacher = _teach(m, fit_old, opts.batch_size, say) if fit_old else _Teacher([], [], [])
+        data = _output_data(windows + fit_old, _Teacher(teacher.h + old_teacher.h, teacher.logz + old_teacher.logz,
+                                                        teacher.lp_next + old_teacher.lp_next), target)
+        b_new = float(m.b.double().mean()) if m.b is not None else 0.0
+        mean_row = m.W.double().cpu().mean(0)
+        prior = mean_row.expand(k, d).clone()
+        if opts.output_start == "subword-mean":
+            W64 = m.W.double().cpu()
+            prior = torch.stack([W64[list(t.pieces)].mean(0) if t.pieces else mean_row for t in tokens])
+        if opts.output_start not in DEFAULT_L2:
+            raise InputError(f"fit output start {opts.output_start!r} is not one of {', '.join(DEFAULT_L2)}")
+        l2 = opts.l2 if opts.l2 is not None else DEFAULT_L2[opts.output_start]
+        W, calls = fit_output_rows(data, prior, b_new, l2, opts.output_steps, say)
+        result.output_rows = W.numpy()
+        held = _teach(m, held_old, opts.batch_size, say) if held_old else _Teacher([], [], [])
+        with torch.no_grad():
+            kl_held = (_kl_new(torch.cat(held.h).double(), torch.cat(held.logz), W, b_new).numpy()
+                       if held.h else np.zeros(0))
+            kl_mean_init = (_kl_new(torch.cat(held.h).double(), torch.cat(held.logz), mean_row.expand(k, d), b_new).numpy()
+                            if held.h else np.zeros(0))
+        report["output"] = {"start": opts.output_start, "target": target, "l2": l2, "lbfgs_evaluations": calls,
+                            "positions": int(data.h.shape[0]), "word_positions": int(data.q.numel()),
+                            "seconds": round(time.perf_counter() - t1, 3),
+                            "old_text_kl": {"text": "packaged corpus, odd paragraphs (not fitted on)",
+                                            **_kl_figures(kl_held), "bound": math.log1p(k / m.n),
+                                            "mean_init": _kl_figures(kl_mean_init)}}
+    report["seconds"] = round(time.perf_counter() - t0, 3)
+    logger.info("fitted %d rows (%s) in %.1f s", k, ", ".join(sorted(roles)), report["seconds"])
+    return result
