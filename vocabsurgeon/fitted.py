@@ -411,7 +411,10 @@ def distill_input_rows(m: _Model, windows: list[Window], teacher: _Teacher, star
         ids, mask = _pad([pieces[i] for i in part], 0, m.device)
         is_new = ids >= m.n
         emb = m.E[ids.clamp(max=m.n - 1)]
-        emb = torch.where(is_new[..., None], R[(ids - m.n).clamp(min=0)].to(emb.dtype), emb)
+        # A one-hot product instead of R[index]: the backward of indexing accumulates in a thread-dependent
+        # order, which made the rows differ in the last bits from run to run.
+        pick = torch.nn.functional.one_hot((ids - m.n).clamp(min=0), R.shape[0]).to(R.dtype) * is_new[..., None]
+        emb = torch.where(is_new[..., None], (pick @ R).to(emb.dtype), emb)
         h = m.hidden(None, mask, embeds=emb).float()
         loss = 0.0
         count = 0
