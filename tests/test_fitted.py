@@ -20,7 +20,14 @@ from vocabsurgeon import add_tokens, read_tokens_file
 from vocabsurgeon.cli import cli
 from vocabsurgeon.errors import InputError
 from vocabsurgeon.fitted import (
-    FitOptions, FitToken, Run, Window, _OutputData, find_runs, fit_output_rows, fit_rows,
+    FitOptions,
+    FitToken,
+    Run,
+    Window,
+    _OutputData,
+    find_runs,
+    fit_output_rows,
+    fit_rows,
 )
 from vocabsurgeon.validate import validate_checkpoint
 
@@ -103,7 +110,7 @@ def test_output_fit_without_evidence_lowers_the_new_logits():
     data = _OutputData(data.h, data.logz, data.q_pos[:0], data.q_tok[:0], data.q[:0])
     prior = torch.ones(2, 6, dtype=torch.float64)
     W, _ = fit_output_rows(data, prior, 0.0, 0.1, 100, lambda *a: None)
-    kl = lambda w: torch.logaddexp(data.logz, (data.h @ w.T).logsumexp(-1)) - data.logz  # noqa: E731
+    kl = lambda w: torch.logaddexp(data.logz, (data.h @ w.T).logsumexp(-1)) - data.logz
     assert float(kl(W).mean()) < float(kl(prior).mean())
 
 

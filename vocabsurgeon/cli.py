@@ -198,9 +198,9 @@ def fit_options(fn):
         click.option("--fit-corpus", type=click.Path(dir_okay=False, path_type=str),
                      help="--init fitted: UTF-8 text that uses the new words (its paragraphs are the contexts). "
                           "Without it the model writes its own contexts from a few seeded prompts per word."),
-        click.option("--fit-contexts", default=16, show_default=True, type=click.IntRange(min=1),
+        click.option("--fit-contexts", default=8, show_default=True, type=click.IntRange(min=1),
                      help="--init fitted: context windows per new token, at most."),
-        click.option("--fit-steps", default=200, show_default=True, type=click.IntRange(min=0),
+        click.option("--fit-steps", default=100, show_default=True, type=click.IntRange(min=0),
                      help="--init fitted: Adam steps of the input-row distillation."),
         click.option("--fit-output-steps", default=100, show_default=True, type=click.IntRange(min=1),
                      help="--init fitted: L-BFGS iterations of the output-row fit."),

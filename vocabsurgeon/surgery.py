@@ -61,8 +61,8 @@ class AddOptions:
     untie: bool = False  # tied models: write a separate output matrix (tie_word_embeddings false)
     # --init fitted (see fitted.py): contexts from this corpus (None: the model generates them), bounds
     fit_corpus: str | None = None
-    fit_contexts: int = 16  # windows per new token, at most
-    fit_steps: int = 200  # Adam steps of the input distillation
+    fit_contexts: int = 8  # windows per new token, at most
+    fit_steps: int = 100  # Adam steps of the input distillation
     fit_output_steps: int = 100  # L-BFGS iterations of the output fit
     fit_l2: float | None = None  # L2 prior weight of the output fit (None: the default for the start row)
 
