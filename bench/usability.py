@@ -107,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", type=Path, help="write the table into this markdown file, between the markers")
     ap.add_argument("--json", type=Path, help="write every figure here")
     args = ap.parse_args(argv)
+    import torch
+
+    # 64-wide models: intra-op threads only add OpenMP spin-waits (30-40x slower on a busy machine);
+    # fit_rows does the same for narrow models, this covers the validations too.
+    torch.set_num_threads(1)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
