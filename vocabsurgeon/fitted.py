@@ -361,18 +361,23 @@ def _kl_figures(kl) -> dict:
             "max": float(kl.max())}
 
 
-def fit_output_rows(data: _OutputData, prior, b_new: float, l2: float, steps: int, say: Progress):
+def fit_output_rows(data: _OutputData, prior, b_new: float, l2: float, steps: int, say: Progress, device=None):
     """The new output rows minimizing sum over positions of CE(ideal || p_new) + l2/2 * scale * |W - prior|^2.
 
     Per position: weight * (log(Z_old + sum_j exp(s_j)) - log Z_old) - sum_j q_j s_j, s = h . W^T + b. Convex in
     W (a log-sum-exp minus a linear term), so L-BFGS finds the optimum. The L2 weight is in logit
     units: `scale` is the mean squared hidden-state coordinate, so moving a row by d costs about what
-    moving a typical logit by |d| * rms(h) * sqrt(hidden) does.
+    moving a typical logit by |d| * rms(h) * sqrt(hidden) does. Float64 on the CPU; float32 on a GPU
+    (`device`), where the hidden states of many contexts would not fit twice as wide.
     """
     import torch
 
-    h, logz = data.h.double(), data.logz.double()
-    prior = prior.double()
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    dt = torch.float64 if dev.type == "cpu" else torch.float32
+    h, logz = data.h.to(dev, dt), data.logz.to(dev, dt)
+    prior = prior.to(dev, dt)
+    q, q_pos, q_tok = data.q.to(dev, dt), data.q_pos.to(dev), data.q_tok.to(dev)
+    weight = data.weight.to(dev, dt) if data.weight is not None else None
     scale = float((h ** 2).mean()) * h.shape[1]
     lam = l2 * scale
     W = prior.clone().requires_grad_(True)
@@ -384,15 +389,15 @@ def fit_output_rows(data: _OutputData, prior, b_new: float, l2: float, steps: in
         opt.zero_grad()
         s = h @ W.T + b_new  # (P, k)
         kl = torch.logaddexp(logz, s.logsumexp(-1)) - logz
-        obj = (kl * data.weight).sum() if data.weight is not None else kl.sum()
-        obj = obj - (data.q * s[data.q_pos, data.q_tok]).sum() + 0.5 * lam * ((W - prior) ** 2).sum()
+        obj = (kl * weight).sum() if weight is not None else kl.sum()
+        obj = obj - (q * s[q_pos, q_tok]).sum() + 0.5 * lam * ((W - prior) ** 2).sum()
         obj.backward()
         calls[0] += 1
         say("output rows", min(calls[0], steps), steps)
         return obj
 
     opt.step(closure)
-    return W.detach(), calls[0]
+    return W.detach().double().cpu(), calls[0]
 
 
 def distill_input_rows(m: _Model, windows: list[Window], teacher: _Teacher, start, steps: int, batch: int,
@@ -620,7 +625,7 @@ def _fit_loaded(m: _Model, src: Path, tokens: list[FitToken], roles: set[str], o
         if opts.output_start not in OUTPUT_STARTS:
             raise InputError(f"fit output start {opts.output_start!r} is not one of {', '.join(OUTPUT_STARTS)}")
         l2 = opts.l2 if opts.l2 is not None else DEFAULT_L2
-        W, calls = fit_output_rows(data, prior, b_new, l2, opts.output_steps, say)
+        W, calls = fit_output_rows(data, prior, b_new, l2, opts.output_steps, say, m.device)
         result.output_rows = W.numpy()
         held = _teach(m, held_old, opts.batch_size, say) if held_old else _Teacher([], [], [])
         with torch.no_grad():
