@@ -135,8 +135,13 @@ def test_fit_rows_is_deterministic_and_reports_its_corpus(split):
     tok = AutoTokenizer.from_pretrained(FIXTURES / "llama-tiny")
     tokens = [FitToken(f, tuple(tok(f, add_special_tokens=False).input_ids)) for f in (" Frodo", " Samwise")]
     opts = FitOptions(corpus=str(fit), input_steps=5, output_steps=10, contexts_per_word=4, seed=3)
-    a = fit_rows(FIXTURES / "llama-tiny", tokens, {"input", "output"}, opts)
+    seen: dict[str, tuple[int, int]] = {}
+    a = fit_rows(FIXTURES / "llama-tiny", tokens, {"input", "output"}, opts,
+                 progress=lambda stage, done, total: seen.__setitem__(stage, (done, total)))
     b = fit_rows(FIXTURES / "llama-tiny", tokens, {"input", "output"}, opts)
+    # every stage reports to the callback (the CLI draws the bars) and ends complete
+    assert set(seen) == {"model on contexts", "input rows", "model on old text", "output rows", "held-out old text"}
+    assert seen["input rows"] == (5, 5) and all(d == t for d, t in seen.values())
     assert np.array_equal(a.input_rows, b.input_rows) and np.array_equal(a.output_rows, b.output_rows)
     assert a.input_rows.shape == a.output_rows.shape == (2, 64)
     c = a.report["contexts"]
@@ -213,6 +218,32 @@ def test_untie_loads_untied_with_old_logits_unchanged(tmp_path):
     with torch.no_grad():
         a, b = old(ids).logits, new(ids).logits
     assert b.shape[-1] == 2072 and torch.equal(a, b[..., :2048])
+
+
+def test_untie_a_sharded_tied_bf16_model(tmp_path):
+    # Qwen2's small sizes tie; sharded, bf16: the new lm_head lands in the embedding's shard and the index
+    from builders import bytelevel_tokenizer, save_checkpoint
+    from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    tok = bytelevel_tokenizer(600)
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True,
+                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    base = save_checkpoint(Qwen2ForCausalLM(cfg).to(torch.bfloat16).eval(), tok, tmp_path / "qwen", "40KB")
+    r = add_tokens(base, tmp_path / "out", ["Frodo", "Gandalf"], untie=True, init="mean")
+    index = json.loads((tmp_path / "out" / "model.safetensors.index.json").read_text())
+    emb_file = index["weight_map"]["model.embed_tokens.weight"]
+    assert index["weight_map"]["lm_head.weight"] == emb_file and len(set(index["weight_map"].values())) > 1
+    n = len(tok)
+    assert r.to_dict()["untied"]["bytes_added"] == (n + 4) * 32 * 2
+    old = AutoModelForCausalLM.from_pretrained(base)
+    new = AutoModelForCausalLM.from_pretrained(tmp_path / "out")
+    assert new.config.tie_word_embeddings is False
+    assert torch.equal(new.lm_head.weight[:n], old.lm_head.weight)
+    ids = torch.tensor([tok("The wizard came back to the shire at night.").input_ids])
+    with torch.no_grad():
+        assert torch.equal(old(ids).logits, new(ids).logits[..., :n])
 
 
 def test_untie_on_an_untied_model_is_refused(tmp_path):

@@ -253,7 +253,8 @@ class _FitBars:
               help="Do not flush the output to disk before renaming it into place: faster on slow disks (up to "
                    "2x in copy mode), still atomic if the process dies, but a power cut may leave a damaged output.")
 @click.option("--force", is_flag=True, help="Replace a non-empty output directory.")
-@click.option("--device", default="auto", show_default=True, help="Where to compute statistics: auto, cpu, cuda.")
+@click.option("--device", default="auto", show_default=True,
+              help="Where to compute statistics and the forward passes of --init fitted: auto, cpu, cuda.")
 @click.option("--embedding-key", help="Name of the input embedding tensor, for architectures not in the table.")
 @click.option("--lm-head-key", help="Name of the output matrix tensor, for architectures not in the table.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and write nothing.")

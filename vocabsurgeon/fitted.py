@@ -29,7 +29,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
@@ -288,7 +288,7 @@ class _Teacher:
     lp_next: list  # per window: (T - 1,) float64 log p(next old id)
 
 
-def _teach(m: _Model, windows: list[Window], batch: int, say: Progress) -> _Teacher:
+def _teach(m: _Model, windows: list[Window], batch: int, say: Progress, stage: str = "model on contexts") -> _Teacher:
     import torch
 
     t = _Teacher([], [], [])
@@ -307,7 +307,7 @@ def _teach(m: _Model, windows: list[Window], batch: int, say: Progress) -> _Teac
             t.h.append(h[i, :T].float().cpu())
             t.logz.append(lz[i, :T].cpu())
             t.lp_next.append(lp[i, :T - 1].cpu())
-        say("model on contexts", min(s + batch, len(windows)), len(windows))
+        say(stage, min(s + batch, len(windows)), len(windows))
     return t
 
 
@@ -397,6 +397,7 @@ def fit_output_rows(data: _OutputData, prior, b_new: float, l2: float, steps: in
         return obj
 
     opt.step(closure)
+    say("output rows", steps, steps)  # converged, possibly before the last iteration
     return W.detach().double().cpu(), calls[0]
 
 
@@ -573,8 +574,8 @@ def _fit_loaded(m: _Model, src: Path, tokens: list[FitToken], roles: set[str], o
     target = opts.target or ("corpus" if opts.corpus is not None else "model")
     tok = AutoTokenizer.from_pretrained(src)
     length = max(8, min(opts.context_tokens, m.max_len))
-    report: dict = {"method": "fitted", "roles": sorted(roles), **{k: v for k, v in asdict(opts).items()
-                                                                    if k not in ("corpus", "device")}}
+    bounds = ("contexts_per_word", "context_tokens", "input_steps", "output_steps", "batch_size", "seed")
+    report: dict = {"method": "fitted", "roles": sorted(roles), **{k: getattr(opts, k) for k in bounds}}
     if opts.corpus is not None:
         text, sha = _corpus_id(opts.corpus)
         windows = corpus_windows(text, tok, tokens, length, opts.contexts_per_word)
@@ -610,7 +611,7 @@ def _fit_loaded(m: _Model, src: Path, tokens: list[FitToken], roles: set[str], o
     if "output" in roles:
         t1 = time.perf_counter()
         fit_old, held_old = _old_text_windows(tok, length, opts.old_text_tokens)
-        old_teacher = _teach(m, fit_old, opts.batch_size, say) if fit_old else _Teacher([], [], [])
+        old_teacher = _teach(m, fit_old, opts.batch_size, say, "model on old text") if fit_old else _Teacher([], [], [])
         data = _output_data(windows + fit_old, _Teacher(teacher.h + old_teacher.h, teacher.logz + old_teacher.logz,
                                                         teacher.lp_next + old_teacher.lp_next), target)
         data.weight = torch.cat([torch.ones(data.h.shape[0] - sum(len(w.old) for w in fit_old), dtype=torch.float64),
@@ -627,7 +628,7 @@ def _fit_loaded(m: _Model, src: Path, tokens: list[FitToken], roles: set[str], o
         l2 = opts.l2 if opts.l2 is not None else DEFAULT_L2
         W, calls = fit_output_rows(data, prior, b_new, l2, opts.output_steps, say, m.device)
         result.output_rows = W.numpy()
-        held = _teach(m, held_old, opts.batch_size, say) if held_old else _Teacher([], [], [])
+        held = _teach(m, held_old, opts.batch_size, say, "held-out old text") if held_old else _Teacher([], [], [])
         with torch.no_grad():
             kl_held = (_kl_new(torch.cat(held.h).double(), torch.cat(held.logz), W, b_new).numpy()
                        if held.h else np.zeros(0))
