@@ -275,3 +275,10 @@ def test_cli_fit_corpus_without_fitted_is_refused(split, tmp_path):
                                    str(tmp_path / "out")])
     assert res.exit_code == 2
     assert "--fit-corpus is for --init fitted (or --init-input/--init-output fitted); pass one" in res.output
+
+
+def test_cli_missing_fit_corpus_is_refused_before_writing(tmp_path):
+    res = CliRunner().invoke(cli, ["add", "-t", "Frodo", "--init", "fitted", "--fit-corpus", str(tmp_path / "nope.txt"),
+                                   str(FIXTURES / "gpt2-tiny"), str(tmp_path / "out")])
+    assert res.exit_code == 2 and not (tmp_path / "out").exists()
+    assert f"{tmp_path / 'nope.txt'}: no such file; pass a UTF-8 text file that uses the new words to --fit-corpus" in res.output

@@ -227,6 +227,8 @@ def open_target(src: str | os.PathLike, options: AddOptions | None = None, *, re
         layout = untie(ckpt, layout)
     if (options.fit_corpus is not None and "fitted" not in {options.init, options.init_input, options.init_output}):
         raise InputError("--fit-corpus is for --init fitted (or --init-input/--init-output fitted); pass one")
+    if options.fit_corpus is not None and not Path(options.fit_corpus).is_file():
+        raise InputError(f"{options.fit_corpus}: no such file; pass a UTF-8 text file that uses the new words to --fit-corpus")
     inp, outp = options.init_input or options.init, options.init_output or options.init
     if layout.tied:
         if options.init_input and options.init_output and options.init_input != options.init_output:
