@@ -29,8 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from vocabsurgeon import add_tokens, read_tokens_file
-from vocabsurgeon.validate import validate_checkpoint
+from vocabsurgeon import add_tokens, read_tokens_file, validate_checkpoint
 
 FIXTURES = REPO / "fixtures"
 BEGIN, END = "<!-- usability:begin -->", "<!-- usability:end -->"

@@ -16,7 +16,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from vocabsurgeon import add_tokens, read_tokens_file
+from vocabsurgeon import add_tokens, read_tokens_file, validate_checkpoint
 from vocabsurgeon.cli import cli
 from vocabsurgeon.errors import InputError
 from vocabsurgeon.fitted import (
@@ -29,7 +29,6 @@ from vocabsurgeon.fitted import (
     fit_output_rows,
     fit_rows,
 )
-from vocabsurgeon.validate import validate_checkpoint
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 WORDS = read_tokens_file(FIXTURES / "lotr.txt")
