@@ -70,7 +70,7 @@ class FitOptions:
 
     corpus: str | None = None  # text that uses the words; None: generated contexts
     contexts_per_word: int = 8  # windows per new token, at most
-    context_tokens: int = 96  # tokens per window (capped by the model's positions)
+    context_tokens: int = 48  # tokens per window around an occurrence (capped by the model's positions)
     input_steps: int = 100  # Adam steps of the input distillation
     output_steps: int = 100  # L-BFGS iterations of the output fit
     batch_size: int = 8  # windows per distillation step
@@ -178,22 +178,32 @@ def _prefix(tok) -> list[int]:
 
 
 def corpus_windows(text: str, tok, tokens: list[FitToken], length: int, per_token: int) -> list[Window]:
-    """Windows of the paragraphs of `text` that hold new tokens, in corpus order, taken while a
-    token they hold has fewer than `per_token` windows."""
+    """Windows of at most `length` tokens around the occurrences of new tokens in the paragraphs of
+    `text`, in corpus order: each ends a quarter of `length` after an occurrence (the positions that
+    follow it, which distillation matches) and starts as far before it as the length allows (its
+    context). An occurrence whose token already has `per_token` windows, or that an earlier window
+    holds, adds none."""
     prefix = _prefix(tok)
-    step = max(1, length - len(prefix))
+    span = max(2, length - len(prefix))
+    after = span // 4
     counts = [0] * len(tokens)
     out = []
     for para in (p for p in text.split("\n\n") if p.strip()):
         ids = _encode(tok, para)
-        for s in range(0, len(ids), step):
-            w = Window(prefix + ids[s:s + step], [])
+        covered = 0  # paragraph ids before this are in the last window taken
+        for r in find_runs(ids, tokens):
+            if counts[r.j] >= per_token or r.start + r.length <= covered:
+                continue
+            end = min(len(ids), r.start + r.length + after)
+            start = max(0, end - span)
+            if start > r.start:  # a word longer than the window: skip it
+                continue
+            w = Window(prefix + ids[start:end], [])
             w.runs = find_runs(w.old, tokens)
-            held = {r.j for r in w.runs}
-            if any(counts[j] < per_token for j in held):
-                out.append(w)
-                for j in held:
-                    counts[j] += 1
+            out.append(w)
+            covered = end
+            for q in w.runs:
+                counts[q.j] += 1
     return out
 
 
