@@ -429,6 +429,7 @@ def distill_input_rows(m: _Model, windows: list[Window], teacher: _Teacher, star
     pieces = [w.new_ids(m.n) for w in windows]
     aligned = [w.aligned() for w in windows]
     loss_v = float("nan")
+    skipped = 0
     for step in range(steps):
         if len(order) < batch:
             order += list(rng.permutation(usable))
@@ -436,10 +437,13 @@ def distill_input_rows(m: _Model, windows: list[Window], teacher: _Teacher, star
         ids, mask = _pad([pieces[i] for i in part], 0, m.device)
         is_new = ids >= m.n
         emb = m.E[ids.clamp(max=m.n - 1)]
-        # A one-hot product instead of R[index]: the backward of indexing accumulates in a thread-dependent
-        # order, which made the rows differ in the last bits from run to run.
-        pick = torch.nn.functional.one_hot((ids - m.n).clamp(min=0), R.shape[0]).to(R.dtype) * is_new[..., None]
-        emb = torch.where(is_new[..., None], (pick @ R).to(emb.dtype), emb)
+        # Only the new tokens' positions read R, through a one-hot product over those positions: the
+        # backward of R[index] accumulates in a thread-dependent order (rows differed in the last bits
+        # from run to run), and a product over every position would let a non-finite gradient at any
+        # old position reach every row (0 * inf).
+        where = is_new.nonzero(as_tuple=True)
+        pick = torch.nn.functional.one_hot(ids[where] - m.n, R.shape[0]).to(R.dtype)  # (new positions, k)
+        emb = emb.index_put(where, (pick @ R).to(emb.dtype))
         h = m.hidden(None, mask, embeds=emb).float()
         loss = 0.0
         count = 0
@@ -451,10 +455,20 @@ def distill_input_rows(m: _Model, windows: list[Window], teacher: _Teacher, star
         loss = loss / (count * h2)
         opt.zero_grad()
         loss.backward()
-        opt.step()
-        loss_v = float(loss.detach())
+        if torch.isfinite(loss) and torch.isfinite(R.grad).all():
+            opt.step()
+            loss_v = float(loss.detach())
+        else:  # an overflow in this batch: skip it rather than poison the rows
+            skipped += 1
         say("input rows", step + 1, steps)
-    return R.detach().double().cpu(), loss_v
+    if skipped:
+        logger.warning("input distillation: %d of %d steps skipped (non-finite loss or gradient)", skipped, steps)
+    rows = R.detach().double().cpu()
+    bad = ~torch.isfinite(rows).all(1)
+    if bad.any():  # never write a non-finite row: keep the start (the sub-word mean) for those
+        logger.warning("input distillation: %d row(s) not finite; they keep the sub-word mean", int(bad.sum()))
+        rows[bad] = start.double().cpu()[bad]
+    return rows, loss_v
 
 
 def generated_windows(m: _Model, tok, tokens: list[FitToken], opts: FitOptions, say: Progress) -> list[Window]:
@@ -637,6 +651,10 @@ def _fit_loaded(m: _Model, src: Path, tokens: list[FitToken], roles: set[str], o
             raise InputError(f"fit output start {opts.output_start!r} is not one of {', '.join(OUTPUT_STARTS)}")
         l2 = opts.l2 if opts.l2 is not None else DEFAULT_L2
         W, calls = fit_output_rows(data, prior, b_new, l2, opts.output_steps, say, m.device)
+        bad = ~torch.isfinite(W).all(1)
+        if bad.any():  # never write a non-finite row
+            logger.warning("output fit: %d row(s) not finite; they keep the %s row", int(bad.sum()), opts.output_start)
+            W[bad] = prior[bad]
         result.output_rows = W.numpy()
         held = _teach(m, held_old, opts.batch_size, say, "held-out old text") if held_old else _Teacher([], [], [])
         with torch.no_grad():
