@@ -12,7 +12,7 @@ shapes and the config.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .checkpoint import Checkpoint, same_bytes
 from .errors import InputError
@@ -265,3 +265,41 @@ def _detect_from_shapes(ckpt: Checkpoint, tc: dict, embedding_key, lm_head_key, 
         what, embedding, lm_head or "(tied)", biases or "none", extra or "none",
     )
     return embedding, lm_head, biases, extra
+
+
+# Families whose tied output is not simply the embedding: T5 scales the decoder output by
+# d_model**-0.5 only when tied, and a BERT MLM head has its own transform before the tied decoder.
+_NO_UNTIE = {"t5": "T5 scales its decoder output only when tied, so an untied copy would change the logits",
+             "bert": "a masked-LM head is not a causal LM's output matrix"}
+
+
+def untie(ckpt: Checkpoint, layout: VocabLayout) -> VocabLayout:
+    """The layout of `layout` with a separate output matrix (`--untie`): a tied model's matrix gets
+    an lm_head of its own, whose old rows are the tied matrix's rows, bit for bit.
+
+    A tied model stored once gets a new tensor entry (the family's first lm_head name) that points
+    at the embedding's bytes in the same shard: every later step copies, grows and verifies it like
+    a stored tensor, and the output file holds it as one. A tied matrix stored twice simply stops
+    being tied. The caller sets `tie_word_embeddings` false in the config.
+
+    Raises:
+        InputError: the model is not tied, or its family's output is not the tied matrix alone.
+    """
+    if not layout.tied:
+        raise InputError(f"{ckpt.path}: the embeddings are already untied; drop --untie")
+    arch = next((a for a in ARCHITECTURES if a.name == layout.architecture), None)
+    if arch is None or arch.name in _NO_UNTIE:
+        why = _NO_UNTIE.get(layout.architecture, "its family is not in the architecture table")
+        raise InputError(f"{ckpt.path}: --untie is not supported for {layout.architecture} ({why}); drop --untie")
+    if layout.lm_head is not None:  # stored twice already: both exist on disk
+        return replace(layout, tied=False)
+    name = arch.lm_head[0]
+    if layout.embedding not in arch.embedding or name in ckpt.tensors:
+        raise InputError(f"{ckpt.path}: --untie needs the embedding at the top level ('{layout.embedding}' is "
+                         f"inside a wrapper, or '{name}' exists); drop --untie")
+    emb = ckpt.tensors[layout.embedding]
+    alias = replace(emb, name=name)  # same file and byte range: the old rows are the embedding's bytes
+    ckpt.tensors[name] = alias
+    header = ckpt.shards[emb.file]
+    header.tensors.append(alias)
+    return replace(layout, lm_head=name, tied=False)

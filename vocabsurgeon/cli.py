@@ -190,6 +190,47 @@ def two_checkpoint_hub_options(names: str):
                        "--local-dir DIR` and pass DIR.")
 
 
+def fit_options(fn):
+    """--untie and the --fit-* options of `add` (`--init fitted`; see fitted.py)."""
+    for decorator in reversed([
+        click.option("--untie", is_flag=True,
+                     help="Tied models: write a separate output matrix (old rows copied bit for bit; config "
+                          "tie_word_embeddings false), so --init fitted can fit input and output rows apart."),
+        click.option("--fit-corpus", type=click.Path(dir_okay=False, path_type=str),
+                     help="--init fitted: UTF-8 text that uses the new words (its paragraphs are the contexts). "
+                          "Without it the model writes its own contexts from a few seeded prompts per word."),
+        click.option("--fit-contexts", default=8, show_default=True, type=click.IntRange(min=1),
+                     help="--init fitted: context windows per new token, at most."),
+        click.option("--fit-steps", default=100, show_default=True, type=click.IntRange(min=0),
+                     help="--init fitted: Adam steps of the input-row distillation."),
+        click.option("--fit-output-steps", default=100, show_default=True, type=click.IntRange(min=1),
+                     help="--init fitted: L-BFGS iterations of the output-row fit."),
+    ]):
+        fn = decorator(fn)
+    return fn
+
+
+class _FitBars:
+    """One tqdm bar per stage of --init fitted, on stderr (the library only calls back)."""
+
+    def __init__(self, disable: bool):
+        self.disable, self.bar, self.stage = disable, None, None
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        from tqdm.auto import tqdm
+
+        if stage != self.stage:
+            self.close()
+            self.stage = stage
+            self.bar = tqdm(total=total, desc=stage, disable=True if self.disable else None, file=sys.stderr)
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
 @cli.command()
 @click.argument("src", type=click.Path(file_okay=False, path_type=str))
 @click.argument("out", type=click.Path(path_type=str))
@@ -216,7 +257,8 @@ def two_checkpoint_hub_options(names: str):
               help="Do not flush the output to disk before renaming it into place: faster on slow disks (up to "
                    "2x in copy mode), still atomic if the process dies, but a power cut may leave a damaged output.")
 @click.option("--force", is_flag=True, help="Replace a non-empty output directory.")
-@click.option("--device", default="auto", show_default=True, help="Where to compute statistics: auto, cpu, cuda.")
+@click.option("--device", default="auto", show_default=True,
+              help="Where to compute statistics and the forward passes of --init fitted: auto, cpu, cuda.")
 @click.option("--embedding-key", help="Name of the input embedding tensor, for architectures not in the table.")
 @click.option("--lm-head-key", help="Name of the output matrix tensor, for architectures not in the table.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and write nothing.")
@@ -232,12 +274,14 @@ def two_checkpoint_hub_options(names: str):
 @_PRIVATE_OPTION
 @_CREATE_PR_OPTION
 @click.option("--message", help="With --push-to: the commit message (default: what was added, to which model).")
+@fit_options
 @validation_options
 @common_options
 @click.pass_context
 def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, seed, special, strict, pad_to_multiple_of,
         link, no_fsync, force, device, embedding_key, lm_head_key, dry_run, as_json, reuse_reserved, no_validate,
-        revision, hf_token, push_to, push_revision, private, create_pr, message, **validation):
+        revision, hf_token, push_to, push_revision, private, create_pr, message, untie, fit_corpus, fit_contexts,
+        fit_steps, fit_output_steps, **validation):
     """Add tokens to the checkpoint SRC and write the new checkpoint to OUT.
 
     SRC is a checkpoint directory or a Hub repo id (org/name, at --revision); a local directory
@@ -255,6 +299,8 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
       mean          mean of the old rows; KL(p_old||p_new) <= log(1 + k/n) (default)
       mean-noise    N(mu, eps*Sigma), Sigma the rows' covariance (GPU when present)
       subword-mean  mean of the rows of the word's pieces under the old tokenizer
+      fitted        fitted by the frozen model on contexts (--fit-corpus, else generated):
+                    output rows convex and KL-penalized, input rows distilled
       zeros, random the transformers defaults; dangerous on some models
     New bias entries get the mean bias.
 
@@ -262,6 +308,7 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
     Examples:
       vocabsurgeon add --tokens lotr.txt --init mean ckpt/ out/
       vocabsurgeon add --tokens lotr.txt --init-input subword-mean --init-output mean llama/ out/
+      vocabsurgeon add --tokens lotr.txt --init fitted --fit-corpus lotr-text.txt --untie gpt2/ out/
       vocabsurgeon add -t '<|tool|>' --special --json ckpt/ out/ > summary.json
       vocabsurgeon add --tokens lotr.txt --push-to me/gpt2-lotr --create-pr openai-community/gpt2 out/
     """
@@ -293,7 +340,8 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
     options = AddOptions(
         init=init, init_input=init_input, init_output=init_output, eps=eps, seed=seed, special=special,
         link=link, fsync=not no_fsync, force=force, device=device, embedding_key=embedding_key, lm_head_key=lm_head_key,
-        pad_to_multiple_of=pad_to_multiple_of, reuse_reserved=reuse_reserved, strict=strict,
+        pad_to_multiple_of=pad_to_multiple_of, reuse_reserved=reuse_reserved, strict=strict, untie=untie,
+        fit_corpus=fit_corpus, fit_contexts=fit_contexts, fit_steps=fit_steps, fit_output_steps=fit_output_steps,
     )
     target = open_target(src, options, revision=revision, token=hf_token)
     quiet = is_quiet(ctx)
@@ -315,10 +363,15 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
             raise plan.nothing_to_add()
         if not quiet and not as_json:
             click.echo(plan.describe(), err=True)
+        fit_bars = _FitBars(quiet or as_json)
+        job.fit_progress = fit_bars
         with tqdm(total=plan.to_dict()["bytes_to_write"], unit="B", unit_scale=True, unit_divisor=1024,
                   desc="writing", disable=True if quiet else None, file=sys.stderr) as bar:
             job.progress = bar.update
-            result = job.finish()
+            try:
+                result = job.finish()
+            finally:
+                fit_bars.close()
     # Validation, the card with its figures, the push: the library's pipeline. On a validation
     # failure OUT stays and ValidationFailed exits 3; on a push failure PushError exits 4.
     from .errors import PushError, ValidationFailed

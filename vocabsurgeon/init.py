@@ -224,6 +224,7 @@ class InitContext:
     name: str = "matrix"
     start: int = 0  # index of the first row of this block among the new rows (into `pieces`)
     memo: dict = field(default_factory=dict)  # work shared by the blocks of one matrix (a factor)
+    fitted: np.ndarray | None = None  # (new tokens, hidden): rows fitted by the model (`fitted.fit_rows`)
 
 
 def zeros(ctx: InitContext) -> np.ndarray:
@@ -258,6 +259,12 @@ def subword_mean(ctx: InitContext) -> np.ndarray:
     return out
 
 
+def fitted(ctx: InitContext) -> np.ndarray:
+    # The rows were fitted beforehand from the model's forward passes (see fitted.py); padding rows
+    # are not asked for here (NewRows gives them the mean).
+    return np.asarray(ctx.fitted[ctx.start:ctx.start + ctx.k], dtype=np.float64)
+
+
 @dataclass(frozen=True)
 class Strategy:
     name: str
@@ -266,6 +273,7 @@ class Strategy:
     help: str
     averages: bool = True  # uses the old rows' values (so NaN/Inf rows are an error)
     constant: bool = False  # every row is the same: computed and encoded once, its bytes repeated
+    needs_model: bool = False  # runs the model (fitted.fit_rows) before the rows are computed
 
 
 STRATEGIES: dict[str, Strategy] = {
@@ -278,6 +286,9 @@ STRATEGIES: dict[str, Strategy] = {
                  "N(mu, eps*Sigma), Sigma the old rows' covariance (Hewitt); rows differ, KL stays near the bound"),
         Strategy("subword-mean", subword_mean, False,
                  "the mean of the rows of the word's pieces under the original tokenizer (FVT)"),
+        Strategy("fitted", fitted, False,
+                 "fitted from forward passes of the frozen model: output rows by a convex, KL-penalized fit, "
+                 "input rows by distillation (see fitted.py)", needs_model=True),
         Strategy("zeros", zeros, False,
                  "all zeros: logit 0, dangerous when the model's logits are large and negative", averages=False,
                  constant=True),

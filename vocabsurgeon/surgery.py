@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 from . import __version__
-from .architectures import VocabLayout, detect, text_config
+from .architectures import VocabLayout, detect, text_config, untie
 from .checkpoint import FLOAT_DTYPES, Checkpoint, read_header, same_bytes
 from .errors import InputError, VocabSurgeonError, WriteError
 from .hub import Source, resolve_checkpoint
@@ -59,6 +59,13 @@ class AddOptions:
     pad_to_multiple_of: int | None = None
     reuse_reserved: bool = False
     strict: bool = False  # any skipped token is an error (exit 2), raised while planning: before writing
+    untie: bool = False  # tied models: write a separate output matrix (tie_word_embeddings false)
+    # --init fitted (see fitted.py): contexts from this corpus (None: the model generates them), bounds
+    fit_corpus: str | None = None
+    fit_contexts: int = 8  # windows per new token, at most
+    fit_steps: int = 100  # Adam steps of the input distillation
+    fit_output_steps: int = 100  # L-BFGS iterations of the output fit
+    fit_l2: float | None = None  # L2 prior weight of the output fit (None: the default for the start row)
 
 
 @dataclass
@@ -155,10 +162,18 @@ class Plan:
             "skipped": self.tokens.skipped,
             "tokenizer_notes": self.tokens.notes,
             "kl_bound": kl_bound(self.k, self.rows_before) if self.k else 0.0,
+            "untied": self.untie_report(),
             "files_rewritten": self.rewrite,
             "files_copied": self.copy,
             "bytes_to_write": sum(self.ckpt.shards[f].size for f in self.rewrite + self.copy),
         }
+
+    def untie_report(self) -> dict | None:
+        """With --untie: the new output matrix and the bytes it adds to the checkpoint."""
+        if not self.options.untie:
+            return None
+        t = self.ckpt.tensors[self.layout.lm_head]
+        return {"lm_head": t.name, "of": self.layout.embedding, "bytes_added": self.rows_after * t.row_bytes}
 
     def describe(self) -> str:
         d = self.to_dict()
@@ -183,6 +198,8 @@ class Plan:
         lines.append(f"rewrite {len(self.rewrite)} shard(s): {', '.join(self.rewrite)}")
         if self.copy:
             lines.append(f"copy {len(self.copy)} shard(s) byte for byte{' (hard links)' if self.options.link else ''}")
+        if d["untied"]:
+            lines.append(f"untie: new output matrix '{d['untied']['lm_head']}' ({d['untied']['bytes_added']:,} bytes)")
         if d["added"]:
             lines.append(f"mean-init KL bound log(1 + k/n) = {d['kl_bound']:.3g}")
         return "\n".join(lines)
@@ -208,6 +225,12 @@ def open_target(src: str | os.PathLike, options: AddOptions | None = None, *, re
     _refuse_remote_code(Path(source.path))
     ckpt = Checkpoint.open(source.path)
     layout = detect(ckpt, options.embedding_key, options.lm_head_key)
+    if options.untie:
+        layout = untie(ckpt, layout)
+    if (options.fit_corpus is not None and "fitted" not in {options.init, options.init_input, options.init_output}):
+        raise InputError("--fit-corpus is for --init fitted (or --init-input/--init-output fitted); pass one")
+    if options.fit_corpus is not None and not Path(options.fit_corpus).is_file():
+        raise InputError(f"{options.fit_corpus}: no such file; pass a UTF-8 text file that uses the new words to --fit-corpus")
     inp, outp = options.init_input or options.init, options.init_output or options.init
     if layout.tied:
         if options.init_input and options.init_output and options.init_input != options.init_output:
@@ -286,15 +309,18 @@ class AddResult:
     bytes_written: int
     copy_methods: dict[str, str] = field(default_factory=dict)
     init_notes: dict[str, str] = field(default_factory=dict)
+    fitted: dict | None = None  # --init fitted: what was fitted, on what, and the measured figures
 
     def to_dict(self) -> dict:
         d = self.plan.to_dict()
+        if self.fitted is not None:
+            d["fitted"] = self.fitted
         d.update({"output": str(self.out), "seconds": round(self.seconds, 3), "bytes_written": self.bytes_written,
                   "copy_methods": self.copy_methods, "tool": f"vocabsurgeon {__version__}"})
         return d
 
 
-def _new_rows(plan: Plan, name: str, device, gen_seed: int, notes: dict) -> NewRows:
+def _new_rows(plan: Plan, name: str, device, gen_seed: int, notes: dict, fitted: np.ndarray | None = None) -> NewRows:
     """The appended rows of one vocabulary tensor, (k, row_size), produced block by block."""
     ckpt = plan.ckpt
     info = ckpt.tensors[name]
@@ -308,12 +334,15 @@ def _new_rows(plan: Plan, name: str, device, gen_seed: int, notes: dict) -> NewR
     stats = accumulate_stats(
         ckpt.stream_rows(name), cov=strategy.needs_cov, device=device, name=name, strict=strategy.averages,
     )
+    if strategy.needs_model and fitted is None:
+        raise VocabSurgeonError(f"internal: no fitted rows for '{name}'; nothing was written")
     n_tok = len(plan.tokens.new)
     pieces = [t.pieces for t in plan.tokens.new] + [[]] * (k - n_tok)
     ctx = InitContext(
         k=k, hidden=stats.mean.shape[0], stats=stats, generator=np.random.default_rng(gen_seed),
         eps=plan.options.eps, initializer_range=float(text_config(ckpt.config).get("initializer_range", 0.02)),
         pieces=pieces, rows_of=lambda ids: np.concatenate([ckpt.rows_np(name, i, i + 1) for i in ids]), name=name,
+        fitted=fitted,
     )
     notes[name] = strategy.name
     # Padding rows (past the new tokens), never reachable from the tokenizer, hold the mean (keeps the KL bound).
@@ -340,6 +369,7 @@ class AddJob:
         self._progress, self._done, self._lock = progress or (lambda n: None), 0, threading.Lock()
         self._plan: Plan | None = None
         self._finished = False
+        self.fit_progress: Callable[[str, int, int], None] | None = None  # --init fitted: (stage, done, total)
         self._t0 = time.perf_counter()
         check_output_path(target.src, self.out, target.options.force)
         ckpt = target.ckpt
@@ -439,11 +469,16 @@ class AddJob:
             raise plan.nothing_to_add()
         ckpt, stage = plan.ckpt, self.stage
         notes: dict[str, str] = {}
-        grown = _all_new_rows(plan, notes)
+        fit = _fit(plan, self.fit_progress)
+        grown = _all_new_rows(plan, notes, fit)
+        fit_report = fit.report if fit is not None else None
         # Nothing below needs the shards' bytes: done while they are still being copied.
         _write_metadata_files(plan, stage, grown)
         _copy_other_files(plan, stage)
-        write_model_card(stage, {**plan.to_dict(), "tool": f"vocabsurgeon {__version__}"})
+        card = {**plan.to_dict(), "tool": f"vocabsurgeon {__version__}"}
+        if fit_report is not None:
+            card["fitted"] = fit_report
+        write_model_card(stage, card)
         if plan.tokens.new:
             verify_tokenizer(stage, plan.tokens)
         # Each vocabulary shard is finished and checked as soon as its old bytes are in place: the
@@ -469,7 +504,7 @@ class AddJob:
         seconds = time.perf_counter() - self._t0
         logger.info("wrote %s in %.2f s", self.out, seconds)
         self._finished = True
-        return AddResult(self.out, plan, seconds, written, dict(self._methods), notes)
+        return AddResult(self.out, plan, seconds, written, dict(self._methods), notes, fit_report)
 
 
 @contextlib.contextmanager
@@ -577,8 +612,34 @@ class _Worker(threading.Thread):
             super().join(timeout)
 
 
-def _all_new_rows(plan: Plan, notes: dict) -> dict[str, GrownTensor]:
-    """New rows of every vocabulary tensor, encoded in its dtype."""
+def _fit(plan: Plan, progress: Callable[[str, int, int], None] | None):
+    """Run `fitted.fit_rows` once when a matrix is initialized `fitted`; None otherwise.
+
+    Untied: the input embedding gets distilled rows, the output matrix convexly fitted ones. Tied
+    (one row plays both roles): the output fit, pulled toward the sub-word mean instead of the mean,
+    so that the row still reads well as an input (the measured cost is in the README).
+    """
+    opts, lay = plan.options, plan.layout
+    if not plan.tokens.new or not any(get_strategy(s).needs_model for s in {opts.init_input, opts.init_output}):
+        return None
+    from .fitted import FitOptions, FitToken, fit_rows
+
+    if lay.tied:
+        roles, start = {"output"}, "subword-mean"
+    else:
+        roles = {r for r, s in (("input", opts.init_input), ("output", opts.init_output)) if get_strategy(s).needs_model}
+        start = "mean"
+    fo = FitOptions(corpus=opts.fit_corpus, contexts_per_word=opts.fit_contexts, input_steps=opts.fit_steps,
+                    output_steps=opts.fit_output_steps, l2=opts.fit_l2, seed=opts.seed, output_start=start,
+                    device=opts.device)
+    tokens = [FitToken(t.form, tuple(t.pieces)) for t in plan.tokens.new]
+    result = fit_rows(plan.src, tokens, roles, fo, progress)
+    result.report["tied"] = lay.tied
+    return result
+
+
+def _all_new_rows(plan: Plan, notes: dict, fit=None) -> dict[str, GrownTensor]:
+    """New rows of every vocabulary tensor, encoded in its dtype (`fit`: the result of `_fit`)."""
     ckpt, lay, opts = plan.ckpt, plan.layout, plan.options
     if not plan.row_ids:
         return {}
@@ -591,7 +652,10 @@ def _all_new_rows(plan: Plan, notes: dict) -> dict[str, GrownTensor]:
         if name in lay.aliases or (lay.tied and name == lay.lm_head):
             rows = base  # the same matrix stored under another name: identical rows
         else:
-            rows = _new_rows(plan, name, device, opts.seed + i, notes)
+            fitted = None
+            if fit is not None:
+                fitted = fit.output_rows if (lay.tied or name == lay.lm_head) else fit.input_rows
+            rows = _new_rows(plan, name, device, opts.seed + i, notes, fitted)
             if name == lay.embedding:
                 base = rows
         # Rows inside the old matrix (--reuse-reserved) are patched in place; the rest are appended.
@@ -623,6 +687,8 @@ def _write_metadata_files(plan: Plan, stage: Path, grown: dict[str, GrownTensor]
             total += t.nbytes + (len(g.tail) if g else 0)
         meta = index.setdefault("metadata", {})
         meta["total_size"] = total
+        if plan.options.untie:  # the new output matrix lives beside the embedding
+            index["weight_map"][plan.layout.lm_head] = ckpt.tensors[plan.layout.lm_head].file
         if isinstance(meta.get("total_parameters"), int):  # transformers writes num_parameters() here
             meta["total_parameters"] += _parameters_added(plan, grown)
         write_json(stage / INDEX_NAME, index)
@@ -632,6 +698,10 @@ def _write_metadata_files(plan: Plan, stage: Path, grown: dict[str, GrownTensor]
         for key in path[:-1]:
             node = node[key]
         node[path[-1]] = plan.rows_after
+    if plan.options.untie:
+        config["tie_word_embeddings"] = False
+        if isinstance(config.get("text_config"), dict) and "tie_word_embeddings" in config["text_config"]:
+            config["text_config"]["tie_word_embeddings"] = False
     write_json(stage / CONFIG_NAME, config)
     if plan.tokens.new:
         plan.editor.write(plan.tokens, stage)
@@ -645,6 +715,8 @@ def _parameters_added(plan: Plan, grown: dict[str, GrownTensor]) -> int:
         if name not in plan.layout.aliases:
             old = plan.ckpt.tensors[name].shape
             added += math.prod(g.shape) - math.prod(old)
+    if plan.options.untie:  # the output matrix becomes a parameter of its own, old rows included
+        added += math.prod(plan.ckpt.tensors[plan.layout.lm_head].shape)
     return added
 
 

@@ -1,0 +1,674 @@
+"""The fitted init (`--init fitted`): new rows fitted from forward passes of the frozen model.
+
+Unlike the strategies in `init.py` (pure functions of the old rows), this one runs the model, so
+surgery calls `fit_rows` once before the rows are written and the `fitted` strategy hands out its
+result. Nothing else in the model changes.
+
+- Output rows, convex. At each position of contexts that use the new words, the ideal new
+  distribution is the old one with the probability of a word's spelling, q = p_old(pieces | prefix),
+  moved from its first piece onto the new token. With the old rows and the hidden state h fixed,
+  only the new logits h . w are free, and the cross-entropy against that ideal is convex in the new
+  rows; where no new word follows (q = 0) it is exactly KL(p_old || p_new), so the KL penalty is part
+  of the objective. Old text (half of the packaged corpus, weighted up) adds such q = 0 positions.
+  Minimized with L-BFGS from the mean row (tied: the sub-word mean), with an L2 penalty toward it.
+  With a corpus the ideal puts q = 1 where the corpus has the word (maximum likelihood of the new
+  tokenization); with generated contexts q = p_old(pieces | prefix), the old model's own belief.
+- Input rows, distillation (AweDist, 2025). The model reading the new token must give the hidden
+  states it gives on the word's pieces, at the positions that follow; Adam over the new rows only,
+  starting from the sub-word mean.
+- Contexts: windows of a corpus that use the words (at most `contexts_per_word` per token), or,
+  without a corpus, text the model generates after a few prompts per word (seeded).
+
+Deterministic for a seed on one machine. The library never prints: progress goes to a callback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InputError
+
+logger = logging.getLogger(__name__)
+
+# progress(stage, done, total): the CLI draws one bar per stage
+Progress = Callable[[str, int, int], None]
+
+# The output fit's L2 weight and old-text weight, chosen on the trained fixtures over l2 in {0.1, 0.3,
+# 1, 3} x weight in {1, 4, 16} (bench/RESULTS.md): weighting old text controls the KL at less cost in
+# bits per byte than a stronger L2 does; this pair keeps KL mean within log(1 + k/n) and p99 under
+# 0.05 nats on held-out old text for both fixtures, tied and untied.
+DEFAULT_L2 = 0.3
+DEFAULT_OLD_TEXT_WEIGHT = 16.0
+OUTPUT_STARTS = ("mean", "subword-mean")
+SMALL_HIDDEN = 256  # narrower models run single-threaded on the CPU (see fit_rows)
+
+# Prompts of generated contexts; "{}" is the form (" Frodo" carries its space)
+BARE_PROMPTS = ("{}", "\"{}", "{} is", "({}")
+SPACE_PROMPTS = ("The{}", "It was{}", "We talked about{}", "I saw{}")
+
+
+@dataclass(frozen=True)
+class FitToken:
+    """One new token as fitting sees it: the text it stands for and its pieces under the old tokenizer."""
+
+    form: str
+    pieces: tuple[int, ...]
+
+
+@dataclass
+class FitOptions:
+    """Bounds and knobs of the fit; the CLI's --fit-* flags map one to one."""
+
+    corpus: str | None = None  # text that uses the words; None: generated contexts
+    contexts_per_word: int = 8  # windows per new token, at most
+    context_tokens: int = 48  # tokens per window around an occurrence (capped by the model's positions)
+    input_steps: int = 100  # Adam steps of the input distillation
+    output_steps: int = 100  # L-BFGS iterations of the output fit
+    batch_size: int = 8  # windows per distillation step
+    lr: float = 0.1  # Adam step, relative to the rms of the old input rows
+    l2: float | None = None  # weight of the L2 prior toward the start row (sum objective, logit units); None: DEFAULT_L2
+    # Mass the ideal puts on a new token where its word follows: "corpus" = 1 (the corpus is right:
+    # maximum likelihood of the new tokenization), "model" = p_old(pieces | prefix) (the old model is
+    # right); default: corpus with a corpus, model for generated contexts.
+    target: str | None = None
+    # Prior of the output rows: "mean" (keeps the KL near the mean-init bound) or "subword-mean"
+    # (a tied row must also serve as input: it stays near the pieces' mean, which reads well).
+    output_start: str = "mean"
+    old_text_tokens: int = 2048  # positions of packaged old text in the output objective (and as many held out)
+    old_text_weight: float = DEFAULT_OLD_TEXT_WEIGHT  # weight of those positions' KL (the contexts' weigh 1)
+    seed: int = 0
+    device: str = "cpu"
+    generated_tokens: int = 48  # generated contexts: tokens sampled after each prompt
+    prompts_per_word: int = 4
+
+
+@dataclass
+class FitResult:
+    """Fitted rows, (k, hidden) float64 in the order of the tokens given, and what was done."""
+
+    input_rows: np.ndarray | None
+    output_rows: np.ndarray | None
+    report: dict = field(default_factory=dict)
+
+
+@dataclass
+class Run:
+    """An occurrence of a new token in a window: old ids [start, start + length) become token j."""
+
+    start: int
+    length: int
+    j: int
+
+
+@dataclass
+class Window:
+    """One context: ids under the old tokenizer, the runs of pieces that become new tokens, and
+    the ids the new tokenizer gives (a new token j as n_old + j)."""
+
+    old: list[int]
+    runs: list[Run]
+
+    def new_ids(self, n_old: int) -> list[int]:
+        out, i = [], 0
+        for r in self.runs:
+            out += self.old[i:r.start] + [n_old + r.j]
+            i = r.start + r.length
+        return out + self.old[i:]
+
+    def aligned(self) -> tuple[list[int], list[int]]:
+        """(old positions, new positions) whose outputs should agree, from the first new token on:
+        the new token's position matches its last piece's, and piece-interior positions have no match."""
+        olds, news = [], []
+        if not self.runs:
+            return olds, news
+        shift, ri = 0, 0
+        for i in range(self.runs[0].start, len(self.old)):
+            while ri < len(self.runs) and i >= self.runs[ri].start + self.runs[ri].length:
+                shift += self.runs[ri].length - 1
+                ri += 1
+            if ri < len(self.runs) and i >= self.runs[ri].start:
+                r = self.runs[ri]
+                if i != r.start + r.length - 1:
+                    continue  # inside the word: no new position reads these pieces
+                olds.append(i)
+                news.append(r.start - shift)
+                continue
+            olds.append(i)
+            news.append(i - shift)
+        return olds, news
+
+
+def find_runs(ids: list[int], tokens: list[FitToken]) -> list[Run]:
+    """Left to right, the longest new token whose pieces start at each position (as added tokens
+    match: a word inside a longer one is replaced too)."""
+    by_first: dict[int, list[tuple[tuple[int, ...], int]]] = {}
+    for j, t in enumerate(tokens):
+        if t.pieces:
+            by_first.setdefault(t.pieces[0], []).append((t.pieces, j))
+    for cands in by_first.values():
+        cands.sort(key=lambda c: -len(c[0]))
+    runs, i = [], 0
+    while i < len(ids):
+        for pieces, j in by_first.get(ids[i], ()):
+            if tuple(ids[i:i + len(pieces)]) == pieces:
+                runs.append(Run(i, len(pieces), j))
+                i += len(pieces)
+                break
+        else:
+            i += 1
+    return runs
+
+
+def _encode(tok, text: str) -> list[int]:
+    return list(tok(text, add_special_tokens=False, verbose=False).input_ids)
+
+
+def _prefix(tok) -> list[int]:
+    """What each window starts with (as validation does): the BOS token, else a newline."""
+    return [tok.bos_token_id] if tok.bos_token_id is not None else _encode(tok, "\n")
+
+
+def corpus_windows(text: str, tok, tokens: list[FitToken], length: int, per_token: int) -> list[Window]:
+    """Windows of at most `length` tokens around the occurrences of new tokens in the paragraphs of
+    `text`, in corpus order: each ends a quarter of `length` after an occurrence (the positions that
+    follow it, which distillation matches) and starts as far before it as the length allows (its
+    context). An occurrence whose token already has `per_token` windows, or that an earlier window
+    holds, adds none."""
+    prefix = _prefix(tok)
+    span = max(2, length - len(prefix))
+    after = span // 4
+    counts = [0] * len(tokens)
+    out = []
+    for para in (p for p in text.split("\n\n") if p.strip()):
+        ids = _encode(tok, para)
+        covered = 0  # paragraph ids before this are in the last window taken
+        for r in find_runs(ids, tokens):
+            if counts[r.j] >= per_token or r.start + r.length <= covered:
+                continue
+            end = min(len(ids), r.start + r.length + after)
+            start = max(0, end - span)
+            if start > r.start:  # a word longer than the window: skip it
+                continue
+            w = Window(prefix + ids[start:end], [])
+            w.runs = find_runs(w.old, tokens)
+            out.append(w)
+            covered = end
+            for q in w.runs:
+                counts[q.j] += 1
+    return out
+
+
+def _torch_device(device: str):
+    import torch
+
+    from .init import resolve_device
+
+    d = resolve_device(device)
+    return torch.device("cpu") if d == "cpu" else d
+
+
+class _Model:
+    """The frozen causal LM: hidden states (the output layer's input) and the old output rows."""
+
+    def __init__(self, path: Path, device: str):
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        from .architectures import text_config
+        from .checkpoint import read_json
+
+        if not (path / "config.json").is_file():
+            raise InputError(f"{path}: no config.json; --init fitted needs a checkpoint transformers can load")
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()  # the library never prints: no load reports or bars
+        hf_logging.disable_progress_bar()
+        cfg = AutoConfig.from_pretrained(path, trust_remote_code=False)
+        self.device = _torch_device(device)
+        dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
+        try:
+            self.model = AutoModelForCausalLM.from_pretrained(path, config=cfg, dtype=dtype,
+                                                              trust_remote_code=False).to(self.device)
+        except (ValueError, KeyError) as e:
+            raise InputError(f"{path}: --init fitted needs a causal language model transformers can build ({e}); "
+                             "use --init mean or subword-mean") from None
+        self.model.eval().requires_grad_(False)
+        out = self.model.get_output_embeddings()
+        self.W = out.weight.detach()  # (n, hidden)
+        self.b = out.bias.detach() if getattr(out, "bias", None) is not None else None
+        self.E = self.model.get_input_embeddings().weight.detach()  # (n, hidden)
+        self.n = self.W.shape[0]
+        tc = text_config(read_json(path / "config.json"))
+        positions = [tc.get(k) for k in ("max_position_embeddings", "n_positions", "n_ctx")]
+        self.max_len = next((p for p in positions if isinstance(p, int) and p > 0), 2048)
+        self._checked = False
+
+    def hidden(self, ids, mask=None, embeds=None):
+        """(B, T, hidden) last hidden states: the output layer's input."""
+        kwargs = {"attention_mask": mask, "use_cache": False}
+        if embeds is not None:
+            return self.model.base_model(inputs_embeds=embeds, **kwargs).last_hidden_state
+        return self.model.base_model(input_ids=ids, **kwargs).last_hidden_state
+
+    def logits(self, h):
+        z = h.float() @ self.W.float().T
+        return z + self.b.float() if self.b is not None else z
+
+    def check_linear_head(self, ids) -> None:
+        """The fit assumes logits = h . W (+ b); refuse models that scale or cap them."""
+        import torch
+
+        with torch.no_grad():
+            want = self.model(input_ids=ids[:1], attention_mask=torch.ones_like(ids[:1]), use_cache=False).logits.float()
+            got = self.logits(self.hidden(ids[:1]))
+        tol = 1e-3 * max(1.0, float(want.abs().max()))
+        if not torch.allclose(want, got, atol=tol, rtol=0):
+            raise InputError(f"{type(self.model).__name__} computes its logits with more than hidden . lm_head "
+                             "(scaling or capping), which --init fitted does not model; use --init mean or subword-mean")
+        self._checked = True
+
+
+def _pad(seqs: list[list[int]], pad: int, device):
+    import torch
+
+    T = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), T), pad, dtype=torch.long)
+    mask = torch.zeros((len(seqs), T), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)] = torch.tensor(s)
+        mask[i, :len(s)] = 1
+    return ids.to(device), mask.to(device)
+
+
+@dataclass
+class _Teacher:
+    """What the frozen model says on each window (old tokenization), kept on the CPU."""
+
+    h: list  # per window: (T, hidden) float32 hidden states
+    logz: list  # per window: (T,) float64 log partition function
+    lp_next: list  # per window: (T - 1,) float64 log p(next old id)
+
+
+def _teach(m: _Model, windows: list[Window], batch: int, say: Progress, stage: str = "model on contexts") -> _Teacher:
+    import torch
+
+    t = _Teacher([], [], [])
+    for s in range(0, len(windows), batch):
+        part = windows[s:s + batch]
+        ids, mask = _pad([w.old for w in part], 0, m.device)
+        if not m._checked:
+            m.check_linear_head(ids[:, :int(mask[0].sum())])
+        with torch.no_grad():
+            h = m.hidden(ids, mask)
+            z = m.logits(h).double()
+            lz = z.logsumexp(-1)
+            lp = z[:, :-1].gather(-1, ids[:, 1:, None])[..., 0] - lz[:, :-1]
+        for i, w in enumerate(part):
+            T = len(w.old)
+            t.h.append(h[i, :T].float().cpu())
+            t.logz.append(lz[i, :T].cpu())
+            t.lp_next.append(lp[i, :T - 1].cpu())
+        say(stage, min(s + batch, len(windows)), len(windows))
+    return t
+
+
+@dataclass
+class _OutputData:
+    """Positions of the output objective: hidden states, old log Z, and where a new word follows
+    with which probability q."""
+
+    h: object  # (P, hidden)
+    logz: object  # (P,)
+    q_pos: object  # (Q,) position index
+    q_tok: object  # (Q,) token index j
+    q: object  # (Q,) p_old(pieces | prefix)
+    weight: object = None  # (P,) weight of each position's term (None: all 1)
+
+
+def _output_data(windows: list[Window], teacher: _Teacher, target: str = "model") -> _OutputData:
+    import torch
+
+    hs, lzs, qp, qt, qv = [], [], [], [], []
+    base = 0
+    for w, h, lz, lp in zip(windows, teacher.h, teacher.logz, teacher.lp_next):
+        keep = torch.ones(len(w.old), dtype=torch.bool)
+        for r in w.runs:
+            keep[r.start:r.start + r.length - 1] = False  # predict a piece inside the word: no new position
+        index = torch.cumsum(keep.long(), 0) - 1 + base
+        for r in w.runs:
+            if r.start == 0:
+                continue
+            qp.append(int(index[r.start - 1]))
+            qt.append(r.j)
+            qv.append(1.0 if target == "corpus" else float(lp[r.start - 1:r.start + r.length - 1].sum().exp()))
+        hs.append(h[keep])
+        lzs.append(lz[keep])
+        base += int(keep.sum())
+    return _OutputData(torch.cat(hs), torch.cat(lzs), torch.tensor(qp, dtype=torch.long),
+                       torch.tensor(qt, dtype=torch.long), torch.tensor(qv, dtype=torch.float64))
+
+
+def _kl_new(h, logz, W, b_new):
+    """KL(p_old || p_new) at positions where no new word follows: log(1 + sum_j exp(h.w_j + b - log Z))."""
+    s = h @ W.T + b_new  # (P, k)
+    return (s.logsumexp(-1) - logz).exp().log1p()
+
+
+def _kl_figures(kl) -> dict:
+    kl = np.asarray(kl, dtype=np.float64)
+    if kl.size == 0:
+        return {"positions": 0, "mean": None, "p99": None, "max": None}
+    return {"positions": int(kl.size), "mean": float(kl.mean()), "p99": float(np.quantile(kl, 0.99)),
+            "max": float(kl.max())}
+
+
+def fit_output_rows(data: _OutputData, prior, b_new: float, l2: float, steps: int, say: Progress, device=None):
+    """The new output rows minimizing sum over positions of CE(ideal || p_new) + l2/2 * scale * |W - prior|^2.
+
+    Per position: weight * (log(Z_old + sum_j exp(s_j)) - log Z_old) - sum_j q_j s_j, s = h . W^T + b. Convex in
+    W (a log-sum-exp minus a linear term), so L-BFGS finds the optimum. The L2 weight is in logit
+    units: `scale` is the mean squared hidden-state coordinate, so moving a row by d costs about what
+    moving a typical logit by |d| * rms(h) * sqrt(hidden) does. Float64 on the CPU; float32 on a GPU
+    (`device`), where the hidden states of many contexts would not fit twice as wide.
+    """
+    import torch
+
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    dt = torch.float64 if dev.type == "cpu" else torch.float32
+    h, logz = data.h.to(dev, dt), data.logz.to(dev, dt)
+    prior = prior.to(dev, dt)
+    q, q_pos, q_tok = data.q.to(dev, dt), data.q_pos.to(dev), data.q_tok.to(dev)
+    weight = data.weight.to(dev, dt) if data.weight is not None else None
+    scale = float((h ** 2).mean()) * h.shape[1]
+    lam = l2 * scale
+    W = prior.clone().requires_grad_(True)
+    opt = torch.optim.LBFGS([W], lr=1.0, max_iter=steps, history_size=20, line_search_fn="strong_wolfe",
+                            tolerance_grad=1e-10, tolerance_change=1e-12)
+    calls = [0]
+
+    def closure():
+        opt.zero_grad()
+        s = h @ W.T + b_new  # (P, k)
+        kl = torch.logaddexp(logz, s.logsumexp(-1)) - logz
+        obj = (kl * weight).sum() if weight is not None else kl.sum()
+        obj = obj - (q * s[q_pos, q_tok]).sum() + 0.5 * lam * ((W - prior) ** 2).sum()
+        obj.backward()
+        calls[0] += 1
+        say("output rows", min(calls[0], steps), steps)
+        return obj
+
+    opt.step(closure)
+    say("output rows", steps, steps)  # converged, possibly before the last iteration
+    return W.detach().double().cpu(), calls[0]
+
+
+def distill_input_rows(m: _Model, windows: list[Window], teacher: _Teacher, start, steps: int, batch: int,
+                       lr: float, seed: int, say: Progress):
+    """Input rows such that the model reading new tokens gives the hidden states it gives on their
+    pieces, at the aligned positions from the first new token on (MSE relative to |h|^2)."""
+    import torch
+
+    R = start.clone().float().to(m.device).requires_grad_(True)
+    rms = float(m.E.float().pow(2).mean().sqrt())
+    opt = torch.optim.Adam([R], lr=lr * rms)
+    usable = [i for i, w in enumerate(windows) if w.runs]
+    if not usable or steps <= 0:
+        return R.detach().double().cpu(), 0.0
+    rng = np.random.default_rng(seed)
+    order: list[int] = []
+    h2 = float(torch.cat([teacher.h[i] for i in usable]).pow(2).sum(-1).mean())
+    pieces = [w.new_ids(m.n) for w in windows]
+    aligned = [w.aligned() for w in windows]
+    loss_v = float("nan")
+    skipped = 0
+    for step in range(steps):
+        if len(order) < batch:
+            order += list(rng.permutation(usable))
+        part, order = order[:batch], order[batch:]
+        ids, mask = _pad([pieces[i] for i in part], 0, m.device)
+        is_new = ids >= m.n
+        emb = m.E[ids.clamp(max=m.n - 1)]
+        # Only the new tokens' positions read R, through a one-hot product over those positions: the
+        # backward of R[index] accumulates in a thread-dependent order (rows differed in the last bits
+        # from run to run), and a product over every position would let a non-finite gradient at any
+        # old position reach every row (0 * inf).
+        where = is_new.nonzero(as_tuple=True)
+        pick = torch.nn.functional.one_hot(ids[where] - m.n, R.shape[0]).to(R.dtype)  # (new positions, k)
+        emb = emb.index_put(where, (pick @ R).to(emb.dtype))
+        h = m.hidden(None, mask, embeds=emb).float()
+        loss = 0.0
+        count = 0
+        for b, i in enumerate(part):
+            olds, news = aligned[i]
+            tgt = teacher.h[i][olds].to(m.device)
+            loss = loss + ((h[b, news] - tgt) ** 2).sum()
+            count += len(olds)
+        loss = loss / (count * h2)
+        opt.zero_grad()
+        loss.backward()
+        if torch.isfinite(loss) and torch.isfinite(R.grad).all():
+            opt.step()
+            loss_v = float(loss.detach())
+        else:  # an overflow in this batch: skip it rather than poison the rows
+            skipped += 1
+        say("input rows", step + 1, steps)
+    if skipped:
+        logger.warning("input distillation: %d of %d steps skipped (non-finite loss or gradient)", skipped, steps)
+    rows = R.detach().double().cpu()
+    bad = ~torch.isfinite(rows).all(1)
+    if bad.any():  # never write a non-finite row: keep the start (the sub-word mean) for those
+        logger.warning("input distillation: %d row(s) not finite; they keep the sub-word mean", int(bad.sum()))
+        rows[bad] = start.double().cpu()[bad]
+    return rows, loss_v
+
+
+def generated_windows(m: _Model, tok, tokens: list[FitToken], opts: FitOptions, say: Progress) -> list[Window]:
+    """Contexts the model writes itself: each form in a few prompts, continued by seeded sampling."""
+    import torch
+
+    prefix = _prefix(tok)
+    prompts = []
+    for t in tokens:
+        templates = SPACE_PROMPTS if t.form.startswith(" ") else BARE_PROMPTS
+        for p in templates[:opts.prompts_per_word]:
+            prompts.append(prefix + _encode(tok, p.format(t.form)))
+    eos = tok.eos_token_id
+    pad = tok.pad_token_id if tok.pad_token_id is not None else (eos if eos is not None else 0)
+    gen = torch.Generator(device="cpu").manual_seed(opts.seed)
+    limit = min(opts.context_tokens, m.max_len)
+    out = []
+    batch = max(1, opts.batch_size)
+    for s in range(0, len(prompts), batch):
+        part = [p[:limit - 1] for p in prompts[s:s + batch]]
+        seqs = [list(p) for p in part]
+        done = [False] * len(seqs)
+        for _ in range(min(opts.generated_tokens, limit - max(len(p) for p in part))):
+            ids, mask = _pad(seqs, pad, m.device)
+            with torch.no_grad():
+                h = m.hidden(ids, mask)
+                last = mask.sum(1) - 1
+                z = m.logits(h[torch.arange(len(seqs)), last]).float().cpu()
+            nxt = torch.multinomial(z.softmax(-1), 1, generator=gen)[:, 0].tolist()
+            for i, t in enumerate(nxt):
+                if not done[i]:
+                    seqs[i].append(t)
+                    done[i] = t == eos
+            if all(done):
+                break
+        for sq in seqs:
+            w = Window(sq, [])
+            w.runs = find_runs(w.old, tokens)
+            out.append(w)
+        say("generating contexts", min(s + batch, len(prompts)), len(prompts))
+    return out
+
+
+def _old_text_windows(tok, length: int, max_tokens: int) -> tuple[list[Window], list[Window]]:
+    """The packaged corpus, in windows: even paragraphs for the objective, odd ones held out for the report."""
+    text = resources.files("vocabsurgeon").joinpath("data/corpus.txt").read_text(encoding="utf-8")
+    prefix = _prefix(tok)
+    step = max(1, length - len(prefix))
+    halves: tuple[list[Window], list[Window]] = ([], [])
+    used = [0, 0]
+    for i, para in enumerate(p for p in text.split("\n\n") if p.strip()):
+        ids = _encode(tok, para)
+        for s in range(0, len(ids), step):
+            if used[i % 2] >= max_tokens:
+                break
+            part = ids[s:s + step]
+            halves[i % 2].append(Window(prefix + part, []))
+            used[i % 2] += len(part)
+    return halves
+
+
+def _corpus_id(path: str) -> tuple[str, str]:
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise InputError(f"{p}: cannot read the fit corpus ({e.strerror}); pass a UTF-8 text file to --fit-corpus") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{p}: invalid UTF-8 at byte {e.start}; save the fit corpus as UTF-8") from None
+    return text, hashlib.sha256(data).hexdigest()
+
+
+def fit_rows(src: str | Path, tokens: list[FitToken], roles: set[str], options: FitOptions | None = None,
+             progress: Progress | None = None) -> FitResult:
+    """Fit the new rows of the checkpoint at `src` (the original) for `tokens`.
+
+    Args:
+        src: the original checkpoint directory (a causal LM transformers can build).
+        tokens: the new tokens, in row order; tokens without pieces (special tokens) keep the
+            sub-word mean / mean row.
+        roles: {"input"}, {"output"} or both: which rows to fit (input: distillation; output: convex fit).
+        options: `FitOptions`.
+        progress: called with (stage, done, total).
+
+    Returns:
+        FitResult with (k, hidden) float64 rows for each fitted role and a report: method, contexts
+        (corpus name and sha256, or "generated"), windows and occurrences per token, steps, seconds,
+        old-text KL (mean, p99, max; held-out packaged text) of the output rows.
+
+    Raises:
+        InputError: the model cannot be loaded as a causal LM, its logits are not hidden . lm_head,
+            or the corpus cannot be read.
+
+    Example:
+        >>> r = fit_rows("fixtures/llama-tiny", [FitToken(" Frodo", (1, 2))], {"output"})  # doctest: +SKIP
+        >>> r.output_rows.shape  # doctest: +SKIP
+        (1, 64)
+    """
+    import torch
+
+    opts = options or FitOptions()
+    if (opts.target or "corpus") not in ("corpus", "model"):
+        raise InputError(f"fit target {opts.target!r} is not one of corpus, model")
+    say = progress or (lambda stage, done, total: None)
+    src = Path(src)
+    t0 = time.perf_counter()
+    torch.manual_seed(opts.seed)
+    m = _Model(src, opts.device)
+    threads = torch.get_num_threads()
+    if m.device.type == "cpu" and m.E.shape[1] < SMALL_HIDDEN:
+        # Matrices this narrow gain nothing from intra-op threads, and on a busy machine the OpenMP
+        # spin-waits cost 30x (measured: 20 distillation steps of llama-tiny, 0.7 s on 1 thread, 21 s on 2)
+        torch.set_num_threads(1)
+    try:
+        return _fit_loaded(m, src, tokens, roles, opts, say, t0)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _fit_loaded(m: _Model, src: Path, tokens: list[FitToken], roles: set[str], opts: FitOptions, say: Progress,
+         t0: float) -> FitResult:
+    import torch
+    from transformers import AutoTokenizer
+
+    target = opts.target or ("corpus" if opts.corpus is not None else "model")
+    tok = AutoTokenizer.from_pretrained(src)
+    length = max(8, min(opts.context_tokens, m.max_len))
+    bounds = ("contexts_per_word", "context_tokens", "input_steps", "output_steps", "batch_size", "seed")
+    report: dict = {"method": "fitted", "roles": sorted(roles), **{k: getattr(opts, k) for k in bounds}}
+    if opts.corpus is not None:
+        text, sha = _corpus_id(opts.corpus)
+        windows = corpus_windows(text, tok, tokens, length, opts.contexts_per_word)
+        report["contexts"] = {"source": "corpus", "name": Path(opts.corpus).name, "sha256": sha}
+    else:
+        windows = generated_windows(m, tok, tokens, opts, say)
+        report["contexts"] = {"source": "generated", "prompts_per_word": opts.prompts_per_word,
+                              "generated_tokens": opts.generated_tokens}
+    occurrences = [0] * len(tokens)
+    for w in windows:
+        for r in w.runs:
+            occurrences[r.j] += 1
+    missing = [t.form for t, c in zip(tokens, occurrences) if c == 0 and t.pieces]
+    if missing:
+        logger.warning("%d new token(s) never occur in the contexts, e.g. %r: their rows stay at the starting point",
+                       len(missing), missing[0])
+    report["contexts"].update({"windows": len(windows), "occurrences": sum(occurrences),
+                               "tokens_without_context": missing[:20], "n_tokens_without_context": len(missing)})
+
+    k, d = len(tokens), m.E.shape[1]
+    E64 = m.E.double().cpu()
+    sub = torch.stack([E64[list(t.pieces)].mean(0) if t.pieces else E64.mean(0) for t in tokens]) if k else \
+        torch.zeros((0, d), dtype=torch.float64)
+    teacher = _teach(m, windows, opts.batch_size, say) if windows else _Teacher([], [], [])
+    result = FitResult(None, None, report)
+    if "input" in roles:
+        t1 = time.perf_counter()
+        rows, loss = distill_input_rows(m, windows, teacher, sub, opts.input_steps, opts.batch_size, opts.lr,
+                                        opts.seed, say)
+        result.input_rows = rows.numpy()
+        report["input"] = {"start": "subword-mean", "steps": opts.input_steps, "final_loss": loss,
+                           "seconds": round(time.perf_counter() - t1, 3)}
+    if "output" in roles:
+        t1 = time.perf_counter()
+        fit_old, held_old = _old_text_windows(tok, length, opts.old_text_tokens)
+        old_teacher = _teach(m, fit_old, opts.batch_size, say, "model on old text") if fit_old else _Teacher([], [], [])
+        data = _output_data(windows + fit_old, _Teacher(teacher.h + old_teacher.h, teacher.logz + old_teacher.logz,
+                                                        teacher.lp_next + old_teacher.lp_next), target)
+        data.weight = torch.cat([torch.ones(data.h.shape[0] - sum(len(w.old) for w in fit_old), dtype=torch.float64),
+                                 torch.full((sum(len(w.old) for w in fit_old),), opts.old_text_weight,
+                                            dtype=torch.float64)])
+        b_new = float(m.b.double().mean()) if m.b is not None else 0.0
+        mean_row = m.W.double().cpu().mean(0)
+        prior = mean_row.expand(k, d).clone()
+        if opts.output_start == "subword-mean":
+            W64 = m.W.double().cpu()
+            prior = torch.stack([W64[list(t.pieces)].mean(0) if t.pieces else mean_row for t in tokens])
+        if opts.output_start not in OUTPUT_STARTS:
+            raise InputError(f"fit output start {opts.output_start!r} is not one of {', '.join(OUTPUT_STARTS)}")
+        l2 = opts.l2 if opts.l2 is not None else DEFAULT_L2
+        W, calls = fit_output_rows(data, prior, b_new, l2, opts.output_steps, say, m.device)
+        bad = ~torch.isfinite(W).all(1)
+        if bad.any():  # never write a non-finite row
+            logger.warning("output fit: %d row(s) not finite; they keep the %s row", int(bad.sum()), opts.output_start)
+            W[bad] = prior[bad]
+        result.output_rows = W.numpy()
+        held = _teach(m, held_old, opts.batch_size, say, "held-out old text") if held_old else _Teacher([], [], [])
+        with torch.no_grad():
+            kl_held = (_kl_new(torch.cat(held.h).double(), torch.cat(held.logz), W, b_new).numpy()
+                       if held.h else np.zeros(0))
+            kl_mean_init = (_kl_new(torch.cat(held.h).double(), torch.cat(held.logz), mean_row.expand(k, d), b_new).numpy()
+                            if held.h else np.zeros(0))
+        report["output"] = {"start": opts.output_start, "target": target, "l2": l2,
+                            "old_text_weight": opts.old_text_weight, "lbfgs_evaluations": calls,
+                            "positions": int(data.h.shape[0]), "word_positions": int(data.q.numel()),
+                            "seconds": round(time.perf_counter() - t1, 3),
+                            "old_text_kl": {"text": "packaged corpus, odd paragraphs (not fitted on)",
+                                            **_kl_figures(kl_held), "bound": math.log1p(k / m.n),
+                                            "mean_init": _kl_figures(kl_mean_init)}}
+    report["seconds"] = round(time.perf_counter() - t0, 3)
+    logger.info("fitted %d rows (%s) in %.1f s", k, ", ".join(sorted(roles)), report["seconds"])
+    return result
