@@ -242,6 +242,7 @@ def test_untie_a_sharded_tied_bf16_model(tmp_path):
     old = AutoModelForCausalLM.from_pretrained(base)
     new = AutoModelForCausalLM.from_pretrained(tmp_path / "out")
     assert new.config.tie_word_embeddings is False
+    assert index["metadata"]["total_parameters"] == new.num_parameters()  # the new matrix counted in full
     assert torch.equal(new.lm_head.weight[:n], old.lm_head.weight)
     ids = torch.tensor([tok("The wizard came back to the shire at night.").input_ids])
     with torch.no_grad():
