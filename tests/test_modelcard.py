@@ -154,3 +154,13 @@ def test_a_local_base_is_named_by_its_directory_never_by_its_full_path(given, sh
     text = mc.model_card_text(summary)
     assert f"the local checkpoint `{shown}`" in text
     assert "/home/me" not in text and "ckpt/" not in text
+
+
+def test_skipped_words_are_listed_with_their_reason():
+    skipped = [{"token": "assistant", "reason": "a word of the chat template (it would re-tokenize every prompt)"},
+               {"token": "°C", "reason": "the pre-tokenizer splits it (° | C)"}]
+    text = mc.model_card_text({**_summary(), "skipped": skipped})
+    assert ("### Skipped words\n\n| word | reason |\n|---|---|\n"
+            "| `assistant` | a word of the chat template (it would re-tokenize every prompt) |\n"
+            "| `°C` | the pre-tokenizer splits it (° / C) |\n") in text
+    assert "Skipped words" not in mc.model_card_text(_summary())

@@ -272,6 +272,13 @@ def _card_source(summary: dict, report: dict | None = None, *, base_card: str | 
         lines.append("")
     else:
         lines += ["None.", ""]
+    skipped = summary.get("skipped") or []
+    if skipped:  # what was asked for and not added: a reader of the card should not look for it
+        lines += ["### Skipped words", "", "| word | reason |", "|---|---|"]
+        lines += [f"| {_md(s['token'])} | {s['reason'].replace('|', '/')} |" for s in skipped[:MAX_LISTED]]
+        if len(skipped) > MAX_LISTED:
+            lines.append(f"| ... | and {len(skipped) - MAX_LISTED} more (see `{REPORT_NAME}` or `--json`) |")
+        lines.append("")
     notes = summary.get("tokenizer_notes") or []
     if notes:
         lines += ["Notes:", ""] + [f"- {n}" for n in notes] + [""]
