@@ -365,4 +365,15 @@ def test_words_a_tokens_file_cannot_hold_are_not_candidates():
     occurrences = Counter({("Frodo", 4): 5, ("#include", 3): 9, ("\\#x", 3): 9, ("...", 3): 9, ("a\tb", 3): 9,
                            ("  Frodo", 4): 9, (" Frodo", 4): 2, ("x" * 300, 9): 9})
     counts = suggest_module.CorpusCounts(CORPUS, 100, 50, occurrences)
-    assert [(c.word, c.count, c.saving) for c in rank(counts, min_count=1)] == [("Frodo", 7, 21)]
+    assert [(c.word, c.count, c.saving) for c in rank(counts, min_count=1)] == [("Frodo", 7, 21), ("#include", 9, 18)]
+
+
+def test_a_hash_word_is_written_escaped_and_read_back_as_itself(tmp_path):
+    from vocabsurgeon.wordlist import read_tokens_file
+
+    words = [suggest_module.Candidate("#include", 3, 9), suggest_module.Candidate("Frodo", 2, 8)]
+    path = tmp_path / "tokens.txt"
+    counts = suggest_module.CorpusCounts(CORPUS, 100, 50, Counter())
+    path.write_text(suggest_module.Suggestion("ckpt", counts, words).tokens_file(), encoding="utf-8")
+    assert path.read_text(encoding="utf-8") == "\\#include\nFrodo\n"
+    assert read_tokens_file(path) == ["#include", "Frodo"]

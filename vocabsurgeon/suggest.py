@@ -131,8 +131,9 @@ class Suggestion:
         return "\n".join(lines)
 
     def tokens_file(self) -> str:
-        """The proposed words as a tokens file for `add --tokens` (one per line)."""
-        return "".join(c.word + "\n" for c in self.words)
+        """The proposed words as a tokens file for `add --tokens` (one per line; a word that starts
+        with "#" is written "\\#word", since a tokens file reads "#" lines as comments)."""
+        return "".join(("\\" if c.word.startswith("#") else "") + c.word + "\n" for c in self.words)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,8 +338,8 @@ def count_words(tok: Tokenizer, corpus: str | os.PathLike, *, chunk_chars: int =
 def _proposable(word: str) -> bool:
     """A word that a tokens file can hold and that is a word: no whitespace or control character,
     not too long, with at least one letter or digit (runs of punctuation are not proposed), and not
-    starting with "#" (or "\\#"), which tokens files read as a comment (or an escaped "#")."""
-    return (0 < len(word) <= MAX_TOKEN_CHARS and any(c.isalnum() for c in word) and not word.startswith(("#", "\\#"))
+    starting with "\\#" (a tokens file reads it as an escaped "#"; "#include" is written "\\#include")."""
+    return (0 < len(word) <= MAX_TOKEN_CHARS and any(c.isalnum() for c in word) and not word.startswith("\\#")
             and not any(c.isspace() or unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn") for c in word))
 
 
