@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import InputError
+from .tokenizer import unpadded
 
 logger = logging.getLogger(__name__)
 
@@ -90,8 +91,7 @@ def load_tokenizer(path: str | os.PathLike):
         raise InputError(f"{path}: transformers cannot load the tokenizer ({e}); check the tokenizer files") from None
     backend = getattr(tok, "backend_tokenizer", None)
     if backend is not None:
-        backend.no_padding()
-        backend.no_truncation()
+        unpadded(backend)  # what a tokenizer.json ships (sentence-transformers: Fixed 128) is not ours to apply
     return tok
 
 

@@ -36,7 +36,7 @@ from tokenizers import Tokenizer
 
 from .errors import InputError
 from .filenames import TOKENIZER_FILE
-from .tokenizer import convert_slow_tokenizer
+from .tokenizer import convert_slow_tokenizer, unpadded
 from .wordlist import MAX_TOKEN_CHARS
 
 logger = logging.getLogger(__name__)
@@ -158,8 +158,7 @@ def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:
         raise
     except Exception as e:  # noqa: BLE001 (the Rust parser raises plain Exception subclasses)
         raise InputError(f"{file}: the tokenizers library cannot load it ({e}); re-download it") from None
-    tok.no_padding()
-    tok.no_truncation()
+    tok = unpadded(tok)
     tok.post_processor = None
     return tok
 
