@@ -572,15 +572,22 @@ def report(res: dict, many_res: dict | None, info: dict, argv: list[str]) -> str
     return "\n".join(L)
 
 
-def write_results(path: Path, block: str) -> None:
-    """Replace the block between the markers in `path` (create the file if needed), keeping the rest."""
-    text = path.read_text(encoding="utf-8") if path.exists() else f"# Benchmark results\n\n{BEGIN}\n{END}\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1]
+def write_block(path: Path, block: str, begin: str = BEGIN, end: str = END, heading: str | None = None) -> None:
+    """Put `block` (which starts with `begin` and ends with `end`) into the markdown file `path` in
+    place of the one between the same markers, keeping the rest; appended under `## heading` when
+    missing, the file created when needed. Every bench script writes RESULTS.md this way."""
+    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmark results\n"
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + block + rest.split(end, 1)[1]
     else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
+        text = text.rstrip("\n") + "\n\n" + (f"## {heading}\n\n" if heading else "") + block + "\n"
     path.write_text(text, encoding="utf-8")
+
+
+def write_results(path: Path, block: str) -> None:
+    """This script's block (between BEGIN and END) into `path`."""
+    write_block(path, block)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -151,13 +151,7 @@ def main(argv: list[str]) -> None:
     block = report(rows, bench.machine(), argv, size)
     print(block)
     if not args.no_results:
-        text = args.results.read_text(encoding="utf-8")
-        if BEGIN in text:
-            head, rest = text.split(BEGIN, 1)
-            text = head + BEGIN + "\n\n" + block + "\n\n" + END + rest.split(END, 1)[1]
-        else:
-            text = text.rstrip("\n") + f"\n\n## suggest on a large corpus\n\n{BEGIN}\n\n{block}\n\n{END}\n"
-        args.results.write_text(text, encoding="utf-8")
+        bench.write_block(args.results, f"{BEGIN}\n\n{block}\n\n{END}", BEGIN, END, heading="suggest on a large corpus")
 
 
 if __name__ == "__main__":

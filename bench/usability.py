@@ -89,17 +89,6 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_block(path: Path, text: str) -> None:
-    """Replace the block between BEGIN and END in `path` (appended when missing)."""
-    old = path.read_text(encoding="utf-8") if path.exists() else ""
-    block = f"{BEGIN}\n{text}\n{END}"
-    if BEGIN in old and END in old:
-        new = old[:old.index(BEGIN)] + block + old[old.index(END) + len(END):]
-    else:
-        new = old.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(new, encoding="utf-8")
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="*", default=list(RUNS), choices=list(RUNS))
@@ -124,7 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     text = table(rows)
     print(text)
     if args.results:
-        write_block(args.results, text)
+        sys.path.insert(0, str(REPO / "bench"))
+        import bench
+
+        bench.write_block(args.results, f"{BEGIN}\n{text}\n{END}", BEGIN, END)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(rows, indent=2))

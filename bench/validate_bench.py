@@ -154,14 +154,8 @@ def report(results: list[dict], argv: list[str]) -> str:
 
 
 def write_results(path: Path, block: str) -> None:
-    """Replace this script's block in `path` (appended when missing), keeping everything else."""
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmark results\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n## Validation: one pass against two\n\n" + block + "\n"
-    path.write_text(text, encoding="utf-8")
+    """This script's block (between BEGIN and END) into `path`."""
+    bench.write_block(path, block, BEGIN, END, heading="Validation: one pass against two")
 
 
 def main(argv: list[str] | None = None) -> None:
