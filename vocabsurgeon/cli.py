@@ -190,6 +190,13 @@ def two_checkpoint_hub_options(names: str):
                        "--local-dir DIR` and pass DIR.")
 
 
+def tensor_key_options(fn):
+    """--embedding-key and --lm-head-key: the vocabulary tensors of an architecture not in the table."""
+    fn = click.option("--lm-head-key", help="Name of the output matrix tensor, for architectures not in the table.")(fn)
+    return click.option("--embedding-key",
+                        help="Name of the input embedding tensor, for architectures not in the table.")(fn)
+
+
 def fit_options(fn):
     """--untie and the --fit-* options of `add` (`--init fitted`; see fitted.py)."""
     for decorator in reversed([
@@ -259,8 +266,7 @@ class _FitBars:
 @click.option("--force", is_flag=True, help="Replace a non-empty output directory.")
 @click.option("--device", default="auto", show_default=True,
               help="Where to compute statistics and the forward passes of --init fitted: auto, cpu, cuda.")
-@click.option("--embedding-key", help="Name of the input embedding tensor, for architectures not in the table.")
-@click.option("--lm-head-key", help="Name of the output matrix tensor, for architectures not in the table.")
+@tensor_key_options
 @click.option("--dry-run", is_flag=True, help="Print the plan and write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
 @click.option("--no-validate", is_flag=True,
@@ -437,8 +443,7 @@ _DEVICE_OPTION = click.option("--device", default="auto", show_default=True,
 @_DEVICE_OPTION
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=str),
               help="Also write a PNG histogram of the per-token scores (needs matplotlib).")
-@click.option("--embedding-key", help="Name of the input embedding tensor, for architectures not in the table.")
-@click.option("--lm-head-key", help="Name of the output matrix tensor, for architectures not in the table.")
+@tensor_key_options
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
 @two_checkpoint_hub_options("A and B")
 @common_options
@@ -501,8 +506,7 @@ def compare(ctx, a, b, k, which, device, plot, embedding_key, lm_head_key, as_js
               help="dot: inner product, what the model computes (norm matters); cosine: direction only.")
 @_WHICH_OPTION
 @_DEVICE_OPTION
-@click.option("--embedding-key", help="Name of the input embedding tensor, for architectures not in the table.")
-@click.option("--lm-head-key", help="Name of the output matrix tensor, for architectures not in the table.")
+@tensor_key_options
 @click.option("--json", "as_json", is_flag=True, help="Print the neighbours as JSON on stdout.")
 @hub_options("CKPT when it is a Hub repo id", token_use="Used to pull CKPT.")
 @common_options
@@ -550,8 +554,7 @@ def neighbors(ctx, ckpt, tokens, k, metric, which, device, embedding_key, lm_hea
               help="Ignore words that occur fewer times in the corpus.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str),
               help="Write the tokens file here instead of stdout (with --json, also write it).")
-@click.option("--embedding-key", help="Name of the input embedding tensor, for architectures not in the table.")
-@click.option("--lm-head-key", help="Name of the output matrix tensor, for architectures not in the table.")
+@tensor_key_options
 @click.option("--json", "as_json", is_flag=True,
               help="Print each word's count, pieces and saving, and tokens per byte before and after, as JSON.")
 @hub_options("CKPT when it is a Hub repo id", token_use="Used to pull CKPT.")
