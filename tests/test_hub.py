@@ -489,7 +489,8 @@ def test_add_push_to(hub, tmp_path):
     assert d["push"]["pr_url"] == f"{hub.url}/me/gpt2-lotr/discussions/1"
     assert set(d["push"]["files"]) == CHECKPOINT_FILES
     assert hub.created == {"name": "gpt2-lotr", "organization": "me", "visibility": "private"}
-    assert hub.commits[0]["message"] == f"Add 1 new token to {FIXTURE} with vocabsurgeon {__version__}"
+    # public text names a local base by its directory only, never the user's directory layout
+    assert hub.commits[0]["message"] == f"Add 1 new token to gpt2-tiny with vocabsurgeon {__version__}"
     assert hub.commits[0]["files"]["README.md"] == (tmp_path / "out" / "README.md").read_bytes()
 
 

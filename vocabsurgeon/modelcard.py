@@ -114,6 +114,12 @@ def _local_name(path) -> str:
     return Path(str(path or "model")).resolve().name or "model"
 
 
+def public_base_name(summary: dict) -> str:
+    """What public text (the card, a Hub commit message) calls the base: its repo id, or only the
+    name of its local directory."""
+    return (summary.get("base") or {}).get("repo_id") or _local_name(summary.get("input"))
+
+
 def _validation_section(report: dict | None, plot_rel: str | None) -> list[str]:
     """The card's validation section: the verdict, then the rows of each check record (`checks.py`)."""
     if report is None:

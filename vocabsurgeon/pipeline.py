@@ -124,11 +124,12 @@ def push_output(result, options: PushOptions):
     """
     from . import __version__
     from .hub import push
+    from .modelcard import public_base_name
 
     summary = result.to_dict()
     n_words = len({a["token"] for a in summary["added"]})
     message = options.message or (f"Add {n_words} new token{'s' if n_words != 1 else ''} to "
-                                  f"{summary['base']['name']} with vocabsurgeon {__version__}")
+                                  f"{public_base_name(summary)} with vocabsurgeon {__version__}")
     try:
         return push(result.out, options.repo_id, private=options.private, revision=options.revision,
                     create_pr=options.create_pr, token=options.token, message=message)
