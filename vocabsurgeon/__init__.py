@@ -5,16 +5,15 @@ Example:
     >>> result = add_tokens("ckpt/", "out/", read_tokens_file("lotr.txt"), init="mean")  # doctest: +SKIP
 """
 
-__version__ = "0.1.0"
-
-from .errors import InputError, OutputExistsError, PushError, ValidationFailed, VocabSurgeonError, WriteError  # noqa: E402
-from .hub import PushResult, push, resolve_checkpoint  # noqa: E402
-from .modelcard import model_card, write_model_card  # noqa: E402
-from .init import STRATEGIES, kl_bound  # noqa: E402
-from .surgery import AddJob, AddOptions, AddResult, Plan, add_tokens, apply, open_target, plan_add, plan_tokens  # noqa: E402
-from .suggest import Suggestion, suggest_tokens  # noqa: E402
-from .wordlist import read_tokens_file  # noqa: E402
-from .pipeline import PushOptions, ValidationOptions, add_validate_push, finish_add  # noqa: E402
+from ._version import __version__
+from .errors import InputError, OutputExistsError, PushError, ValidationFailed, VocabSurgeonError, WriteError
+from .hub import PushResult, push, resolve_checkpoint
+from .modelcard import model_card, write_model_card
+from .init import STRATEGIES, kl_bound
+from .surgery import AddJob, AddOptions, AddResult, Plan, add_tokens, apply, open_target, plan_add, plan_tokens
+from .suggest import Suggestion, suggest_tokens
+from .wordlist import read_tokens_file
+from .pipeline import PushOptions, ValidationOptions, add_validate_push, finish_add
 
 # The checks run models (torch, transformers): imported on first use, so that `import vocabsurgeon`
 # and a plain `add` stay light. (`compare` is also the name of its module: import it from

@@ -19,7 +19,7 @@ import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -305,17 +305,6 @@ class Checkpoint:
         t = self.tensors[name]
         return self._handle(t.file).get_slice(name)[start:stop]
 
-    def read_tensor(self, name: str):
-        return self.read_rows(name, 0, self.tensors[name].shape[0])
-
-    def iter_row_chunks(self, name: str, rows: int | None = None, chunk_bytes: int = 64 << 20) -> Iterator:
-        """Yield consecutive row chunks of `name` (the first `rows` rows) as torch tensors, each about `chunk_bytes`."""
-        t = self.tensors[name]
-        rows = t.shape[0] if rows is None else rows
-        step = max(1, chunk_bytes // max(1, t.row_bytes))
-        for s in range(0, rows, step):
-            yield self.read_rows(name, s, min(rows, s + step))
-
     def rows_np(self, name: str, start: int, stop: int) -> np.ndarray:
         """Rows [start, stop) of a float tensor as NumPy, flattened to (rows, row_size): float32
         (exact for F16/BF16/F32) or float64 (F64). Memory-mapped: only those rows are read."""
@@ -394,6 +383,22 @@ def same_bytes(a: Path, a_start: int, b: Path, b_start: int, nbytes: int) -> boo
     finally:
         os.close(fa)
         os.close(fb)
+
+
+def rows_kept(src: Path, tensor: TensorInfo, dst: Path, dst_start: int, except_rows: Iterable[int] = ()) -> bool:
+    """Whether the rows of `tensor` (stored in file `src`) are byte-identical at `dst_start` in file `dst`,
+    but for `except_rows` (rows overwritten on purpose, such as reused reserved rows).
+
+    The one "old bytes unchanged" test of the project: `add` runs it on every rewritten shard before it
+    reports success, and validation runs it to know that NEW is BASE with rows appended.
+    """
+    pos = 0
+    for row in sorted(except_rows) + [tensor.shape[0]]:
+        end = row * tensor.row_bytes
+        if end > pos and not same_bytes(src, tensor.start + pos, dst, dst_start + pos, end - pos):
+            return False
+        pos = end + tensor.row_bytes
+    return True
 
 
 def _same_range(fa: int, a_start: int, fb: int, b_start: int, nbytes: int) -> bool:

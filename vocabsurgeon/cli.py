@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from . import __version__
+from ._version import __version__
 from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, VocabSurgeonError
 from .init import DEFAULT_EPS, STRATEGIES
 
@@ -117,7 +117,7 @@ def _emit(data: dict) -> None:
 
 def _check_plot(ctx, param, value):
     if value:  # before any long work: a missing extra is found at once
-        from .validate import require_plot
+        from .plot import require_plot
 
         require_plot()
     return value

@@ -32,6 +32,7 @@ from .checkpoint import Checkpoint
 from .errors import InputError
 from .filenames import TOKENIZER_FILE
 from .hub import Source, resolve_checkpoint, resolve_checkpoints
+from .plot import figure
 from .tokenizer import BYTE_SYMBOLS, unpadded
 
 logger = logging.getLogger(__name__)
@@ -476,30 +477,12 @@ def compare(path_a: str | Path, path_b: str | Path, k: int = DEFAULT_K, *, which
 
 def plot_histogram(result: CompareResult, path: str | Path) -> Path:
     """Write a PNG bar chart of the KNN-match distribution (tokens per number of shared neighbours)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise InputError("--plot needs matplotlib; install it with `pip install 'vocabsurgeon[plot]'`") from None
     hist = result.histogram()
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.bar([h["score"] for h in hist], [h["tokens"] for h in hist], width=0.6 / result.k)
-    ax.axvline(result.mean, color="C3", linestyle="--", label=f"mean {result.mean:.3f}")
-    ax.set_xlabel(f"KNN-match similarity (Jaccard of {result.k}-NN sets by inner product)")
-    ax.set_ylabel("tokens")
-    ax.set_title(f"{result.a.path.name} vs {result.b.path.name} ({result.which}, {len(result.scores)} tokens)")
-    ax.legend()
-    fig.tight_layout()
-    path = Path(path)
-    try:
-        fig.savefig(path, dpi=100)
-    except OSError as e:
-        raise InputError(f"{path}: cannot write the plot ({e.strerror}); check the directory exists and is writable") from None
-    finally:
-        plt.close(fig)
-    return path
+    title = f"{result.a.path.name} vs {result.b.path.name} ({result.which}, {len(result.scores)} tokens)"
+    with figure(path, title, f"KNN-match similarity (Jaccard of {result.k}-NN sets by inner product)", "tokens") as ax:
+        ax.bar([h["score"] for h in hist], [h["tokens"] for h in hist], width=0.6 / result.k)
+        ax.axvline(result.mean, color="C3", linestyle="--", label=f"mean {result.mean:.3f}")
+    return Path(path)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ._version import __version__
 from .checkpoint import PICKLE_SUFFIXES, Checkpoint
 from .filenames import (
     CARD_NAME, CHAT_TEMPLATE_FILES, CONFIG_NAME, GENERATION_CONFIG_NAME, INDEX_NAME, SINGLE_NAME, STALE_SLOW_FILES,
@@ -351,7 +352,6 @@ def push(
     """
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, constants
 
-    from . import __version__
 
     if not REPO_ID.fullmatch(repo_id):
         raise InputError(f"{repo_id!r}: not a Hub repo id; pass it as org/name, e.g. me/gpt2-lotr")

@@ -122,7 +122,7 @@ def push_output(result, options: PushOptions):
     Raises:
         PushError: the push failed; the message says how to retry the push alone.
     """
-    from . import __version__
+    from ._version import __version__
     from .hub import push
     from .modelcard import public_base_name
 

@@ -25,7 +25,6 @@ logger = logging.getLogger(__name__)
 
 MAX_WINDOW = 512  # tokens per forward pass; also capped by the model's context length
 KL_ROWS = 64  # positions per float64 KL block
-DEVICES = ("auto", "cpu", "cuda")
 
 
 class NonFiniteOutput(Exception):

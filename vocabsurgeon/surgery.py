@@ -22,9 +22,9 @@ from typing import Callable
 
 import numpy as np
 
-from . import __version__
+from ._version import __version__
 from .architectures import VocabLayout, detect, text_config, untie
-from .checkpoint import FLOAT_DTYPES, Checkpoint, read_header, same_bytes
+from .checkpoint import FLOAT_DTYPES, Checkpoint, read_header, rows_kept
 from .errors import InputError, VocabSurgeonError, WriteError
 from .hub import Source, resolve_checkpoint
 from .modelcard import write_model_card
@@ -741,17 +741,6 @@ def _copy_other_files(plan: Plan, stage: Path) -> None:
             shutil.copyfile(p, dst)
 
 
-def _old_rows_kept(src: Path, t, dst: Path, dst_start: int, g: GrownTensor) -> bool:
-    """Every old row of `t` not deliberately overwritten (patches) is byte-identical in `dst`."""
-    pos = 0
-    for row in sorted(g.patches) + [t.shape[0]]:
-        end = row * t.row_bytes
-        if end > pos and not same_bytes(src, t.start + pos, dst, dst_start + pos, end - pos):
-            return False
-        pos = end + t.row_bytes
-    return True
-
-
 def _verify_rows(plan: Plan, stage: Path, f: str, grown: dict[str, GrownTensor]) -> None:
     """Re-read rewritten shard `f`'s header and check that each of its vocabulary tensors (`grown`)
     has its new shape and its old rows byte for byte (done while other shards may still be copying)."""
@@ -762,7 +751,7 @@ def _verify_rows(plan: Plan, stage: Path, f: str, grown: dict[str, GrownTensor])
         if o is None or o.shape != g.shape or o.dtype != t.dtype:
             got = f"{o.dtype}{list(o.shape)}" if o else "nothing"
             raise VocabSurgeonError(f"internal: tensor '{name}' written as {got}, expected {t.dtype}{list(g.shape)}")
-        if not _old_rows_kept(ckpt.path / t.file, t, stage / f, o.start, g):
+        if not rows_kept(ckpt.path / t.file, t, stage / f, o.start, except_rows=g.patches):
             raise VocabSurgeonError(f"internal: old rows of '{name}' changed while writing; nothing was published")
 
 

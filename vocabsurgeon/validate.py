@@ -42,6 +42,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .architectures import text_config
+from .checkpoint import Checkpoint, read_json, rows_kept
 from .checks import (
     ChatKLCheck,
     Check,
@@ -59,6 +61,7 @@ from .errors import InputError, ValidationFailed
 from .filenames import CONFIG_NAME, REPORT_NAME  # noqa: F401 (REPORT_NAME: re-exported)
 from .hub import resolve_checkpoints
 from .init import kl_bound
+from .plot import figure, require_plot
 from .runtime import (
     LoadedModel,
     ModelKind,
@@ -102,7 +105,6 @@ SAMPLE_STEPS = 24  # generated tokens per prompt
 GREEDY_STEPS = 16  # tokens of each greedy chat answer
 SAMPLED_NEW_WORDS = 4  # new tokens that end a sampling prompt
 STUCK_RUN = 3  # this many copies of one new token in a row count as stuck
-PLOT_EXTRA = "pip install 'vocabsurgeon[plot]'"
 MAX_LISTED_ROWS = 20  # non-finite row ids listed per tensor
 # Assumed forward throughput for the up-front time estimate (float32 multiply-adds per second x2);
 # the progress bar's ETA takes over once the first windows have run.
@@ -159,50 +161,21 @@ def check_options(*, thresholds: Thresholds | None = None, device: str = "auto",
         require_plot()
 
 
-def require_plot() -> None:
-    """Check that matplotlib (the 'plot' extra) is importable, before any long work.
-
-    Raises:
-        InputError: it is not installed; the message says how to install it.
-    """
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise InputError(f"--plot needs matplotlib, which is not installed; install the extra: {PLOT_EXTRA}") from None
-
-
 def write_kl_plot(kl: np.ndarray, bound: float | None, path: str | os.PathLike, title: str = "") -> Path:
     """Write a histogram of per-position KL (log-scaled axis) to `path`, with the mean-init bound."""
-    require_plot()
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     kl = np.asarray(kl, dtype=np.float64)
     floor = 1e-12  # exact zeros (identical distributions) are drawn at the floor
     vals = np.maximum(kl, floor)
     lo, hi = math.log10(vals.min()), math.log10(max(vals.max(), (bound or floor) * 1.5))
     bins = np.logspace(lo - 0.1, hi + 0.1, 50)
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.hist(vals, bins=bins, color="#4477aa")
-    ax.set_xscale("log")
-    ax.set_xlabel("KL(p_old || p_new) per position (nats)")
-    ax.set_ylabel("positions")
-    if bound:
-        ax.axvline(bound, color="#cc3311", linestyle="--", label=f"mean-init bound log(1+k/n) = {bound:.3g}")
-    ax.axvline(max(float(kl.mean()), floor), color="#228833", label=f"mean = {kl.mean():.3g}")
-    ax.legend()
-    ax.set_title(title or "KL between the original and the expanded model")
-    fig.tight_layout()
-    out = Path(path)
-    try:
-        fig.savefig(out, dpi=100)
-    except OSError as e:
-        raise InputError(f"{out}: cannot write the plot ({e.strerror}); choose another --plot path") from None
-    finally:
-        plt.close(fig)
-    return out
+    with figure(path, title or "KL between the original and the expanded model",
+                "KL(p_old || p_new) per position (nats)", "positions") as ax:
+        ax.hist(vals, bins=bins, color="#4477aa")
+        ax.set_xscale("log")
+        if bound:
+            ax.axvline(bound, color="#cc3311", linestyle="--", label=f"mean-init bound log(1+k/n) = {bound:.3g}")
+        ax.axvline(max(float(kl.mean()), floor), color="#228833", label=f"mean = {kl.mean():.3g}")
+    return Path(path)
 
 # ---------------------------------------------------------------- tokenizer and chat texts
 
@@ -379,7 +352,6 @@ def _spread(ids: list[int], m: int) -> list[int]:
 
 
 def _config(path: Path) -> dict:
-    from .checkpoint import read_json
 
     cfg_path = path / CONFIG_NAME
     if not cfg_path.is_file():
@@ -389,7 +361,6 @@ def _config(path: Path) -> dict:
 
 def _vocab_rows(path: Path) -> int:
     """Rows of the output softmax from config.json (text_config when nested)."""
-    from .architectures import text_config
 
     v = text_config(_config(path)).get("vocab_size")
     if not isinstance(v, int) or v < 1:
@@ -403,7 +374,6 @@ def _vocab_rows(path: Path) -> int:
 def finite_rows(path: Path, rows: int) -> FiniteRowsCheck:
     """Scan every vocabulary-sized tensor (first dimension `rows`: embeddings, lm_head, biases) of
     the checkpoint for rows holding NaN or Inf, streaming from the files."""
-    from .checkpoint import Checkpoint
 
     ckpt = Checkpoint.open(path)
     try:
@@ -448,7 +418,6 @@ def derived_by_add(base: str | os.PathLike, new: str | os.PathLike) -> Relation:
     tensor (more rows, same row shape) starts with the base's bytes. Then the new model computes
     the base model's hidden states on old ids, and its first n logits are the base model's.
     """
-    from .checkpoint import Checkpoint, same_bytes
 
     base, new = Path(base), Path(new)
     if _without_vocab_size(_config(base)) != _without_vocab_size(_config(new)):
@@ -465,7 +434,7 @@ def derived_by_add(base: str | os.PathLike, new: str | os.PathLike) -> Relation:
             fa, fb = base / ta.file, new / tb.file
             if fa.exists() and fb.exists() and os.path.samefile(fa, fb):
                 continue  # a hard link (add --link): the same bytes
-            if not same_bytes(fa, ta.start, fb, tb.start, ta.nbytes):
+            if not rows_kept(fa, ta, fb, tb.start):
                 return Relation(False, f"tensor '{name}' differs from the original's"
                                 + (" in its old rows" if tb.shape != ta.shape else ""))
     finally:
@@ -689,7 +658,6 @@ class Estimate(NamedTuple):
 
 def estimate(path: Path, tokens: int, device: str) -> Estimate:
     """Seconds to load and run `tokens` through the model at `path`, from its parameter count (no load)."""
-    from .checkpoint import Checkpoint
 
     ckpt = Checkpoint.open(path)
     params = sum(math.prod(t.shape) for t in ckpt.tensors.values())
