@@ -536,77 +536,67 @@ def _check_rows(got: int, want: int, path: Path) -> None:
         raise InputError(f"{path}: the model has {got} output rows but config says {want}")
 
 
-def _one_pass(new: Path, kind: ModelKind, device: str, inp: _Inputs, old_tok, new_tok,
-              progress: Progress) -> _Measured:
-    """Run only the expanded model: the original's logits are the first n columns of its logits."""
+def _measure(base: Path | None, new: Path, kind: ModelKind, device: str, inp: _Inputs, old_tok, new_tok,
+             progress: Progress) -> _Measured:
+    """Run the expanded model NEW, after the original BASE when one is given (two passes), and measure
+    what applies to `kind`.
+
+    With one pass (`base` None: NEW derives from BASE by add, checked from the files), the original's
+    logits are the first n columns of the expanded model's, so the original is never loaded.
+    """
     n = inp.n
     m = _Measured(what="logits" if kind.has_logits else "hidden states")
-    progress.stage(f"expanded model ({new}), one pass")
-    with loaded_model(new, device, kind) as model:
+    old_out = old_chat = None  # the original's outputs, two-pass only
+
+    def start(model, passes: int) -> _Windows:
         w = _windows(model, inp, old_tok, new_tok)
-        progress.total(_work(w, inp, kind, 1, old_tok))
+        progress.total(_work(w, inp, kind, passes, old_tok))
         m.dtype, m.device, m.missing = model.dtype, str(model.device), model.missing
-        if kind.has_logits:
-            kls = []
-            for ln in _outputs(model, w.corpus, kind, progress):
+        return w
+
+    if base is not None:
+        progress.stage(f"original model ({base})")
+        with loaded_model(base, device, kind) as model:
+            w = start(model, 2)
+            old_out = list(_outputs(model, w.corpus, kind, progress))
+            old_chat = list(_outputs(model, w.chat, kind, progress)) if kind.has_logits else []
+            if kind.has_logits and old_out:
+                _check_rows(old_out[0].shape[-1], n, base)
+            if kind.generates:
+                m.greedy_base = _greedy(model, inp.prompts_old, inp, progress)
+                m.old_bits = _bits(model, w.usable_old, len(w.prefix), progress=progress)
+
+    progress.stage(f"expanded model ({new})" + (", one pass" if base is None else ""))
+    with loaded_model(new, device, kind) as model:
+        if base is None:
+            w = start(model, 1)
+        kls = []
+        for i, ln in enumerate(_outputs(model, w.corpus, kind, progress)):
+            lo = None if old_out is None else old_out[i]
+            if kind.has_logits:
                 _check_rows(ln.shape[-1], inp.rows_new, new)
-                kls.append(kl_per_position(ln[:, :n], ln))
+                kls.append(kl_per_position(ln[:, :n] if lo is None else lo, ln))
+                ln = ln[:, :n]
+            if lo is not None:
+                m.max_diff = max(m.max_diff, float((ln - lo).abs().max()))
+                m.max_out = max(m.max_out, float(lo.abs().max()))
+        if kind.has_logits:
             m.kl = np.concatenate(kls) if kls else np.zeros(0)
-            chat = [kl_per_position(ln[:, :n], ln) for ln in _outputs(model, w.chat, kind, progress)]
+            chat = [kl_per_position(ln[:, :n] if old_chat is None else old_chat[i], ln)
+                    for i, ln in enumerate(_outputs(model, w.chat, kind, progress))]
             m.kl_chat = np.concatenate(chat) if chat else None
-        else:  # no LM head: the hidden states are the original's by construction; run them all the same
-            for _ in _outputs(model, w.corpus, kind, progress):
-                pass
         if kind.generates:
             progress.stage("sampling")
             m.sampling = sampling_check(model, old_tok, n, inp.new_token_ids, inp.seed, w.window, progress=progress)
-            if inp.prompts_old:
+            if base is None and inp.prompts_old:
                 progress.stage("chat greedy answers")
                 m.greedy_base = _greedy(model, inp.prompts_old, inp, progress, vocab=n)
                 m.greedy_new = _greedy(model, inp.prompts_new, inp, progress)
-            m.old_bits = _bits(model, w.usable_old, len(w.prefix), vocab=n, progress=progress)
-            m.new_bits = _bits(model, w.usable_new, len(w.prefix), n, progress=progress)
-    return m
-
-
-def _two_pass(base: Path, new: Path, kind: ModelKind, device: str, inp: _Inputs, old_tok, new_tok,
-              progress: Progress) -> _Measured:
-    """Run the original model, then the expanded one, on the same ids; compare what applies to `kind`."""
-    n = inp.n
-    m = _Measured(what="logits" if kind.has_logits else "hidden states")
-    progress.stage(f"original model ({base})")
-    with loaded_model(base, device, kind) as model:
-        w = _windows(model, inp, old_tok, new_tok)
-        progress.total(_work(w, inp, kind, 2, old_tok))
-        old_out = list(_outputs(model, w.corpus, kind, progress))
-        old_chat = list(_outputs(model, w.chat, kind, progress)) if kind.has_logits else []
-        m.dtype, m.device, m.missing = model.dtype, str(model.device), model.missing
-        if kind.has_logits and old_out:
-            _check_rows(old_out[0].shape[-1], n, base)
-        if kind.generates:
-            m.greedy_base = _greedy(model, inp.prompts_old, inp, progress)
-            m.old_bits = _bits(model, w.usable_old, len(w.prefix), progress=progress)
-
-    progress.stage(f"expanded model ({new})")
-    with loaded_model(new, device, kind) as model:
-        kls = []
-        for lo, ln in zip(old_out, _outputs(model, w.corpus, kind, progress)):
-            if kind.has_logits:
-                _check_rows(ln.shape[-1], inp.rows_new, new)
-                kls.append(kl_per_position(lo, ln))
-                ln = ln[:, :n]
-            m.max_diff = max(m.max_diff, float((ln - lo).abs().max()))
-            m.max_out = max(m.max_out, float(lo.abs().max()))
-        if kind.has_logits:
-            m.kl = np.concatenate(kls) if kls else np.zeros(0)
-            chat = [kl_per_position(lo, ln) for lo, ln in zip(old_chat, _outputs(model, w.chat, kind, progress))]
-            m.kl_chat = np.concatenate(chat) if chat else None
-        if kind.generates:
-            progress.stage("sampling")
-            m.sampling = sampling_check(model, old_tok, n, inp.new_token_ids, inp.seed, w.window, progress=progress)
-            if inp.prompts_new:
+            elif base is not None and inp.prompts_new:
                 progress.stage("chat greedy answers")
                 m.greedy_new = _greedy(model, inp.prompts_new, inp, progress)
+            if base is None:
+                m.old_bits = _bits(model, w.usable_old, len(w.prefix), vocab=n, progress=progress)
             m.new_bits = _bits(model, w.usable_new, len(w.prefix), n, progress=progress)
     return m
 
@@ -795,10 +785,7 @@ def validate_checkpoint(
         passes = 1 if relation.derived else 2
         tokens = passes * (min(max_tokens, len(inp.corpus_ids)) + sum(map(len, inp.chat_old))) + 600
         progress.stage(f"{used} ({relation.reason}): {estimate(new, tokens, device).describe()}")
-        if relation.derived:
-            m = _one_pass(new, kind, device, inp, old_tok, new_tok, progress)
-        else:
-            m = _two_pass(base, new, kind, device, inp, old_tok, new_tok, progress)
+        m = _measure(None if relation.derived else base, new, kind, device, inp, old_tok, new_tok, progress)
     for what in skipped:
         logger.warning("%s: %s", new, what)
 
