@@ -98,8 +98,14 @@ def tokenizer_dirs(tmp_path_factory):
     return functools.partial(_tokenizer_dir, root)
 
 
+# Contexts where a word may keep its old pieces when the plan says so (contexts_not_one_token): there
+# the pre-tokenizer joins "(" or '"' to the word, and no entry can reach it without changing old text.
+SOFT = ("({})", '"{}"', "I saw {}'s")
+
+
 def _contexts(w: str, other: str) -> list[tuple[str, dict[str, int]]]:
-    out = [(w, {w: 1}), (" " + w, {w: 1}), (f"{w}.", {w: 1}), (f"({w})", {w: 1}), (f"{w}, {w}.", {w: 2})]
+    out = [(w, {w: 1}), (" " + w, {w: 1}), (f"{w}.", {w: 1}), (f"{w}, {w}.", {w: 2})]
+    out += [(c.format(w), {w: 1}) for c in SOFT]
     if other != w and w not in other and other not in w:
         out.append((f"{w} {other}", {w: 1, other: 1}))
     return out
@@ -131,13 +137,17 @@ def check_cell(src: Path, out: Path, words: list[str]) -> None:
     word_ids = {w: {t.id for t in plan.new if t.text == w} for w in kept}
     for w in kept:
         word_ids[w] |= {i for form in (w, " " + w) for i in [ids(old, form)] if len(i) == 1 for i in i}
+    lead = len(ids(old, " a")) - len(ids(old, "a"))  # a lone leading space as its own piece (Llama 2: "▁")
     for k, w in enumerate(kept):
         for text, expect in _contexts(w, kept[(k + 1) % len(kept)]):
             got = ids(new, text)
             for x, n in expect.items():
+                if text in plan.contexts.get(x, ()):  # reported: there the word keeps its old pieces
+                    assert got == ids(old, text), (x, text, [new.id_to_token(i) for i in got])
+                    continue
                 assert sum(i in word_ids[x] for i in got) == n, (x, text, [new.id_to_token(i) for i in got])
-            if text in (w, " " + w):
-                assert len(got) == 1, (text, [new.id_to_token(i) for i in got])
+            if text == w or text == " " + w:
+                assert len(got) == 1 + (lead if text != w else 0), (text, [new.id_to_token(i) for i in got])
             want = old.decode(ids(old, text))
             if want in (text, old.normalizer.normalize_str(text) if old.normalizer else text):
                 assert new.decode(got) == want, text

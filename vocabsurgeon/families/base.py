@@ -71,6 +71,11 @@ class Family:
         """Whether the entries rely on the BPE model's ignore_merges option."""
         return False
 
+    def rebuild_breaks(self, new: list[NewToken]) -> str | None:
+        """Why transformers' model-specific class (which rebuilds the tokenizer on load) would break
+        the entries, so that the output must be loaded as written; None when it would not."""
+        return None
+
     def merge_pair(self, form: str) -> tuple[str, str] | None:
         """The two existing pieces a "merge" entry for `form` joins."""
         return None

@@ -13,7 +13,16 @@ logger = logging.getLogger(__name__)
 class SentencePieceBPE(Family):
     """Added tokens "Frodo" and " Frodo": Metaspace with prepend_scheme "first" puts no "▁" after
     them, so "Frodo, and" decodes as before. A form inside an existing token ("tion" of
-    "▁function") splits that token where it occurs: reported, since this family has no other way."""
+    "▁function") splits that token where it occurs: reported, since this family has no other way.
+
+    Meta's own layout (Llama 2, Mistral, CodeLlama: a Prepend("▁") + Replace(" ", "▁") normalizer and
+    no pre-tokenizer) normalizes each stretch of text between raw-matched added tokens on its own, so
+    a raw "Frodo" would get a "▁" after it ("(Frodo )"). There the word is one added token matched on
+    normalized text: its content "Frodo" normalizes to "▁Frodo", the word at a sentence start or after
+    a space; after "(" or a quote the word keeps its old pieces (reported per word, not skipped). Its
+    tokenizer_class (LlamaTokenizer, legacy) would be rebuilt on load with Metaspace "always", which
+    prepends a "▁" after every added token: the output names PreTrainedTokenizerFast, which loads
+    tokenizer.json as written (old text tokenizes the same: the plan checks it)."""
 
     name = "sentencepiece-bpe"
     why_not_entry = "SentencePiece BPE takes new words only as added tokens"
@@ -26,8 +35,20 @@ class SentencePieceBPE(Family):
     def prepare(self, words: list[str]) -> None:
         self.risks = split_risks(self.ed, words, lambda f: f.replace(" ", "▁"))
 
+    def prepends_in_normalizer(self) -> bool:
+        """Whether the "▁" is written by the normalizer (Meta's layout), not by a Metaspace pre-tokenizer."""
+        return has_node(self.ed.data.get("normalizer"), "Prepend") and self.ed.data.get("pre_tokenizer") is None
+
     def entries(self, w: str) -> list[Entry]:
+        if self.prepends_in_normalizer():
+            return [Entry(w, w, "added", normalized=True)]
         return [Entry(w, w, "added"), Entry(" " + w, " " + w, "added")]
+
+    def rebuild_breaks(self, new) -> str | None:
+        if new and self.prepends_in_normalizer():
+            return ("model-specific classes rebuild it with a Metaspace pre-tokenizer that, with legacy true, puts a "
+                    "'▁' after every added token")
+        return None
 
     def finish(self, new, notes) -> None:
         note = splitting_note(self.ed, new, self.risks, lambda form: self.why_not_entry)
