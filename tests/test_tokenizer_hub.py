@@ -19,7 +19,7 @@ from builders import training_text
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_tokenizer import OLD_TEXTS, make_tokenizer, tiny_checkpoint
+from test_tokenizer import OLD_TEXTS, _sp_bpe_parts, make_tokenizer, tiny_checkpoint
 from tokenizers import SentencePieceBPETokenizer, Tokenizer
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
@@ -62,7 +62,23 @@ def _metaspace_bpe() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=sp._tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
 
 
+def _sp_bpe_meta() -> PreTrainedTokenizerFast:
+    """Llama 2's tokenizer.json as Meta ships it: the "▁" written by a Prepend + Replace normalizer, no
+    pre-tokenizer, byte fallback, and a decoder that strips the first space (the class is set in
+    `_tokenizer_dir`: LlamaTokenizer with legacy true, as in Meta's tokenizer_config.json)."""
+    from tokenizers import decoders, models, normalizers
+
+    vocab, merges = _sp_bpe_parts()
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=list(merges), byte_fallback=True, fuse_unk=True, unk_token="<unk>"))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+
+
 def _tokenizer(family: str):
+    if family == "sp-bpe-meta":
+        return _sp_bpe_meta()
     return _metaspace_bpe() if family == "metaspace-bpe" else make_tokenizer(family)
 
 
@@ -74,7 +90,7 @@ def _with_hub_variant(path: Path) -> None:
     tok.save(str(path / "tokenizer.json"))
 
 
-MATRIX_FAMILIES = ["byte-level", "byte-level-gpt2", "sp-bpe-file", "metaspace-bpe", "unigram-file",
+MATRIX_FAMILIES = ["byte-level", "byte-level-gpt2", "sp-bpe-file", "sp-bpe-meta", "metaspace-bpe", "unigram-file",
                    "wordpiece-cased", "wordpiece-uncased"]
 VARIANTS = ["plain", "hub"]  # hub: padding, truncation and a chat template with its special tokens
 
@@ -87,6 +103,10 @@ def _tokenizer_dir(root: Path, family: str, variant: str) -> Path:
         tok.add_tokens(["<|im_start|>", "<|im_end|>"], special_tokens=True)
         tok.chat_template = CHATML
     tok.save_pretrained(path)
+    if family == "sp-bpe-meta":
+        cfg = json.loads((path / "tokenizer_config.json").read_text())
+        cfg.update(tokenizer_class="LlamaTokenizer", legacy=True)
+        (path / "tokenizer_config.json").write_text(json.dumps(cfg))
     if variant == "hub":
         _with_hub_variant(path)
     return path
@@ -302,3 +322,42 @@ def test_strict_turns_a_skipped_word_into_exit_2_before_writing(tmp_path):
         "was written (drop --strict or remove them; see --dry-run)")
     assert not out.exists()
     assert _run("--strict", "-t", "Frodo", str(src), str(out)).exit_code == 0
+
+
+def test_llama2_meta_layout_keeps_every_word_loads_as_written_and_reports_bracket_contexts(tmp_path):
+    """Meta's Llama 2 tokenizer.json (Prepend normalizer, LlamaTokenizer legacy): once 0 of 76 words were
+    kept, each "'(Frodo)' would decode as '(Frodo )'"."""
+    src = tiny_checkpoint(tmp_path / "src", _sp_bpe_meta())
+    cfg = json.loads((src / "tokenizer_config.json").read_text())
+    (src / "tokenizer_config.json").write_text(json.dumps({**cfg, "tokenizer_class": "LlamaTokenizer", "legacy": True}))
+    words = ["Frodo", "Gandalf", "mithril", "Lothlorien", "Müller"]
+    r = _run(*[a for w in words for a in ("-t", w)], str(src), str(tmp_path / "out"))
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout)
+    assert summary["skipped"] == []
+    assert len(summary["added"]) == len(words)  # one added token per word: "Frodo" matches "▁Frodo"
+    assert set(summary["contexts_not_one_token"]) == set(words)
+    assert summary["contexts_not_one_token"]["Frodo"] == ["(Frodo)", '"Frodo"']
+    old = AutoTokenizer.from_pretrained(src)
+    new = AutoTokenizer.from_pretrained(tmp_path / "out")
+    assert type(old).__name__ == "LlamaTokenizer" and type(new).__name__ in ("TokenizersBackend", "PreTrainedTokenizerFast")
+    for text in OLD_TEXTS + ["<s>[INST] Hello there [/INST] Hi! </s><s>[INST] Next [/INST]"]:
+        assert new(text)["input_ids"] == old(text)["input_ids"], text  # BOS too, and text after special tokens
+    ids = {w: new.convert_tokens_to_ids(w) for w in words}
+    for text in ["Frodo went home.", "I saw Frodo's ring, and Gandalf.", "mithril, Lothlorien Müller"]:
+        got = new(text, add_special_tokens=False)["input_ids"]
+        assert sum(i in ids.values() for i in got) == sum(text.count(w) for w in words), text
+        assert new.decode(got) == text
+    paren = new("(Frodo)", add_special_tokens=False)["input_ids"]
+    assert paren == old("(Frodo)", add_special_tokens=False)["input_ids"]  # reported: keeps its old pieces
+    assert new.decode(paren) == "(Frodo)"
+
+
+def test_strict_refuses_a_word_that_keeps_its_old_pieces_in_some_context(tmp_path):
+    src = tiny_checkpoint(tmp_path / "src", _sp_bpe_meta())
+    r = CliRunner().invoke(cli, ["add", "--strict", "-t", "Frodo", str(src), str(tmp_path / "out")])
+    assert r.exit_code == 2
+    assert r.stderr.strip().splitlines()[-1] == (
+        "Error: --strict: 1 token(s) would not be one token in every context, e.g. 'Frodo' in '(Frodo)'; nothing was "
+        "written (drop --strict to keep them; see --dry-run --json)")
+    assert not (tmp_path / "out").exists()

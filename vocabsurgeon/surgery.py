@@ -160,6 +160,7 @@ class Plan:
             "added": [{"token": t.text, "form": t.form, "piece": t.piece, "id": t.id, "mechanism": t.mechanism}
                       for t in self.tokens.new],
             "skipped": self.tokens.skipped,
+            "contexts_not_one_token": self.tokens.contexts,
             "tokenizer_notes": self.tokens.notes,
             "kl_bound": kl_bound(self.k, self.rows_before) if self.k else 0.0,
             "untied": self.untie_report(),
@@ -268,6 +269,10 @@ def plan_tokens(target: Target, tokens: list[str]) -> Plan:
         first = tplan.skipped[0]
         raise InputError(f"--strict: {len(tplan.skipped)} token(s) would be skipped, e.g. {first['token']!r}: "
                          f"{first['reason']}; nothing was written (drop --strict or remove them; see --dry-run)")
+    if options.strict and tplan.contexts:
+        w, where = next(iter(tplan.contexts.items()))
+        raise InputError(f"--strict: {len(tplan.contexts)} token(s) would not be one token in every context, e.g. {w!r} "
+                         f"in {where[0]!r}; nothing was written (drop --strict to keep them; see --dry-run --json)")
     dropped = [f for f in STALE_SLOW_FILES if (ckpt.path / f).is_file()] if tplan.new else []
     if dropped:
         tplan.notes.append(
