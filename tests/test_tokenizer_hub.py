@@ -76,9 +76,25 @@ def _sp_bpe_meta() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
 
 
+def _sp_bpe_gemma() -> PreTrainedTokenizerFast:
+    """Gemma 2/3's layout: a Replace(" ", "▁") normalizer (no "▁" prepended), a Split(" ") pre-tokenizer
+    (merged with the previous piece), byte fallback, a decoder without Strip; class GemmaTokenizer."""
+    from tokenizers import decoders, models, normalizers
+    from tokenizers import pre_tokenizers as pt
+
+    vocab, merges = _sp_bpe_parts()
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=list(merges), byte_fallback=True, fuse_unk=True, unk_token="<unk>"))
+    tok.normalizer = normalizers.Replace(" ", "▁")
+    tok.pre_tokenizer = pt.Split(" ", "merged_with_previous")
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+
+
 def _tokenizer(family: str):
     if family == "sp-bpe-meta":
         return _sp_bpe_meta()
+    if family == "sp-bpe-gemma":
+        return _sp_bpe_gemma()
     return _metaspace_bpe() if family == "metaspace-bpe" else make_tokenizer(family)
 
 
@@ -90,8 +106,8 @@ def _with_hub_variant(path: Path) -> None:
     tok.save(str(path / "tokenizer.json"))
 
 
-MATRIX_FAMILIES = ["byte-level", "byte-level-gpt2", "sp-bpe-file", "sp-bpe-meta", "metaspace-bpe", "unigram-file",
-                   "wordpiece-cased", "wordpiece-uncased"]
+MATRIX_FAMILIES = ["byte-level", "byte-level-gpt2", "sp-bpe-file", "sp-bpe-meta", "sp-bpe-gemma", "metaspace-bpe",
+                   "unigram-file", "wordpiece-cased", "wordpiece-uncased"]
 VARIANTS = ["plain", "hub"]  # hub: padding, truncation and a chat template with its special tokens
 
 
@@ -103,9 +119,10 @@ def _tokenizer_dir(root: Path, family: str, variant: str) -> Path:
         tok.add_tokens(["<|im_start|>", "<|im_end|>"], special_tokens=True)
         tok.chat_template = CHATML
     tok.save_pretrained(path)
-    if family == "sp-bpe-meta":
+    if family in ("sp-bpe-meta", "sp-bpe-gemma"):  # the classes these layouts ship with
         cfg = json.loads((path / "tokenizer_config.json").read_text())
-        cfg.update(tokenizer_class="LlamaTokenizer", legacy=True)
+        cfg.update(tokenizer_class="LlamaTokenizer", legacy=True) if family == "sp-bpe-meta" else \
+            cfg.update(tokenizer_class="GemmaTokenizer")
         (path / "tokenizer_config.json").write_text(json.dumps(cfg))
     if variant == "hub":
         _with_hub_variant(path)

@@ -1,13 +1,22 @@
-"""SentencePiece-style BPE with byte fallback (Llama 2, Mistral, Gemma): two added tokens per word."""
+"""SentencePiece-style BPE with byte fallback (Llama 2, Mistral, Gemma 2/3): added tokens."""
 
 from __future__ import annotations
 
 import logging
 
-from .base import Entry, Family
+from .base import Entry, Family, Skip
 from .shared import has_node, split_risks, splitting_note
 
 logger = logging.getLogger(__name__)
+
+
+def _writes_metaspace(node) -> bool:
+    """Whether a normalizer replaces spaces with "▁" (Gemma 2/3: Replace(" ", "▁"), no prepended "▁")."""
+    if not isinstance(node, dict):
+        return False
+    if node.get("type") == "Replace":
+        return (node.get("pattern") or {}).get("String") == " " and node.get("content") == "▁"
+    return any(_writes_metaspace(n) for n in node.get("normalizers") or [])
 
 
 class SentencePieceBPE(Family):
@@ -30,7 +39,8 @@ class SentencePieceBPE(Family):
     @staticmethod
     def matches(data: dict) -> bool:
         return (data.get("model") or {}).get("type") == "BPE" and (
-            has_node(data.get("pre_tokenizer"), "Metaspace") or has_node(data.get("normalizer"), "Prepend"))
+            has_node(data.get("pre_tokenizer"), "Metaspace") or has_node(data.get("normalizer"), "Prepend")
+            or _writes_metaspace(data.get("normalizer")))
 
     def prepare(self, words: list[str]) -> None:
         self.risks = split_risks(self.ed, words, lambda f: f.replace(" ", "▁"))
@@ -43,6 +53,14 @@ class SentencePieceBPE(Family):
         if self.prepends_in_normalizer():
             return [Entry(w, w, "added", normalized=True)]
         return [Entry(w, w, "added"), Entry(" " + w, " " + w, "added")]
+
+    def admit(self, w: str, entry: Entry) -> bool:
+        if entry.form == w and not entry.normalized:
+            ids = self.ed.encode(" " + w)
+            if len(ids) == 1 and ids[0] not in {t["id"] for t in self.ed.added.values()}:
+                raise Skip(f"already one token after a space ({' ' + w!r}); an added token for its bare form would split "
+                           f"that token wherever it occurs, and {self.why_not_entry}")
+        return True
 
     def rebuild_breaks(self, new) -> str | None:
         if new and self.prepends_in_normalizer():
