@@ -333,6 +333,20 @@ class TokenizerEditor:
                     f"{self.dir / TOKENIZER_FILE}: token {content!r} has id {t['id']} in added_tokens but "
                     f"{vid} in the model vocabulary; the tokenizer is inconsistent, fix or re-download it"
                 )
+        # transformers registers tokenizer_config.json's added_tokens_decoder on load: an id named there
+        # with other content than tokenizer.json gives the loaded tokenizer a token past the rows.
+        decoder = (self.config or {}).get("added_tokens_decoder")
+        by_id = {t["id"]: c for c, t in self.added.items()}
+        by_id.update({i: c for c, i in self.vocab.items() if i not in by_id})
+        for key, entry in (decoder.items() if isinstance(decoder, dict) else ()):
+            content = entry.get("content") if isinstance(entry, dict) else None
+            if not str(key).isdigit() or content is None:
+                continue
+            if int(key) in by_id and by_id[int(key)] != content:
+                raise InputError(
+                    f"{self.dir / TOKENIZER_CONFIG}: added_tokens_decoder names id {key} {content!r}, but "
+                    f"{TOKENIZER_FILE} has {by_id[int(key)]!r} there; the two files disagree, fix or re-download them"
+                )
 
     @property
     def size(self) -> int:
@@ -579,6 +593,13 @@ class TokenizerEditor:
                                                f"{text!r} as {pieces}")
         return failures, {w: texts for w, texts in soft.items() if w not in failures}
 
+    def splits_numbers(self) -> bool:
+        """Whether the pre-tokenizer cuts numbers into single digits or groups (Llama 3: up to three,
+        Qwen and SmolLM: one), so that a token with digits would change how other numbers tokenize."""
+        if not hasattr(self, "_splits_numbers"):  # Llama 2 splits them by its vocabulary: one piece per digit
+            self._splits_numbers = len(self.pretokenize("1234567")) > 1 or len(self.encode("1234567")) >= 7
+        return self._splits_numbers
+
     def space_lead(self) -> int:
         """How many pieces the original gives a lone leading space before a word: 0 where " a" is
         one piece ("Ġa"), 1 where the space is a piece of its own (Llama 2's normalizer: "▁" + "▁a")."""
@@ -641,7 +662,7 @@ class TokenizerEditor:
         skipped: list[dict] = []
         notes: list[str] = []
         claimed: dict[str, str] = {}
-        planned: set[str] = set()
+        planned: dict[str, str] = {}  # piece -> the word that took it
         kind = self.kind
         if kind is None and not special:
             raise InputError(f"{self.file}: {self.family} tokenizers are not supported (supported: "
@@ -662,12 +683,18 @@ class TokenizerEditor:
                                     score=kind.special_score if kind is not None else None))
                 continue
             norm, why = kind.normalization(w, claimed)
+            if why is None and any(c.isdigit() for c in w) and self.splits_numbers():
+                why = ("it has digits, and this tokenizer splits numbers into single digits or short groups before the "
+                       "vocabulary is looked up; a token with digits would change how other numbers tokenize")
             if why is None:
                 mine: list[NewToken] = []
+                taken_by = None
                 try:
                     for e in kind.entries(w):
-                        if self.has(e.piece) or e.piece in planned or (e.mechanism == "added"
-                                                                       and len(self.encode(e.form)) == 1):
+                        if e.piece in planned:
+                            taken_by = planned[e.piece]
+                            continue
+                        if self.has(e.piece) or (e.mechanism == "added" and len(self.encode(e.form)) == 1):
                             continue  # this form is one token already
                         if kind.admit(w, e):
                             mine.append(NewToken(w, e.form, e.piece, -1, e.mechanism, self.encode(e.form),
@@ -675,11 +702,14 @@ class TokenizerEditor:
                 except Skip as e:
                     why = str(e)
                 else:
-                    why = None if mine else kind.skip_reason(w) or "already in the vocabulary"
+                    earlier = (f"the same token as {taken_by!r}, earlier in the list (this tokenizer "
+                               f"{'normalizes' if self.normalize(w) != w else 'stores'} it as that token's piece)"
+                               if taken_by is not None else None)
+                    why = None if mine else kind.skip_reason(w) or earlier or "already in the vocabulary"
             if why is not None:
                 skipped.append({"token": w, "reason": why})
                 continue
-            planned.update(t.piece for t in mine)
+            planned.update((t.piece, w) for t in mine)
             new.extend(mine)
             if norm is not None and any(t.piece == norm for t in mine):
                 note = f"token {w!r} is stored as {norm!r}: the tokenizer normalizes text (e.g. lowercases) before lookup"

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
+
+BYTE_PIECE = re.compile(r"<0x[0-9A-Fa-f]{2}>")  # SentencePiece byte fallback
 
 
 def has_node(node, kind: str) -> bool:
@@ -23,7 +26,8 @@ def split_risks(ed, words: list[str], spell: Callable[[str], str], extra: list[s
     with one such piece: an added token for such a form, matched anywhere, would split it."""
     from ..tokenizer import parts_of
 
-    pieces = [p for p in ed.vocab if p not in ed.added] + list(extra)
+    # Byte-fallback pieces ("<0x52>") stand for one byte, not for their spelling: "52" is not inside "<0x52>".
+    pieces = [p for p in ed.vocab if p not in ed.added and not BYTE_PIECE.fullmatch(p)] + list(extra)
     spelled = {spell(f): f for w in words for f in (w, " " + w)}
     return {spelled[e]: piece for e, piece in parts_of(pieces, set(spelled)).items()}
 

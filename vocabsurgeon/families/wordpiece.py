@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import Entry, Family
+from .base import Entry, Family, Skip
 from .shared import normalization
 
 
@@ -24,6 +24,10 @@ class WordPiece(Family):
 
     def entries(self, w: str) -> list[Entry]:
         norm = self.ed.normalize(w)
+        limit = self.ed.model.get("max_input_chars_per_word", 100)
+        if len(norm.strip()) > limit:
+            raise Skip(f"it has {len(norm.strip())} characters, more than this WordPiece's max_input_chars_per_word "
+                       f"({limit}): the tokenizer reads any longer word as {self.ed.model.get('unk_token', '[UNK]')}")
         if self.ed.pretokenize(w) == [norm]:
             return [Entry(w, norm, "vocab")]
         if any(c.isspace() for c in norm.strip()) and not any(c.isspace() for c in w):
