@@ -596,8 +596,9 @@ class TokenizerEditor:
     def splits_numbers(self) -> bool:
         """Whether the pre-tokenizer cuts numbers into single digits or groups (Llama 3: up to three,
         Qwen and SmolLM: one), so that a token with digits would change how other numbers tokenize."""
-        if not hasattr(self, "_splits_numbers"):  # Llama 2 splits them by its vocabulary: one piece per digit
-            self._splits_numbers = len(self.pretokenize("1234567")) > 1 or len(self.encode("1234567")) >= 7
+        if not hasattr(self, "_splits_numbers"):  # Llama 2 splits them by its vocabulary: no piece of 2+ digits
+            multi = re.compile(r"[▁Ġ]?[0-9]{2,}")
+            self._splits_numbers = len(self.pretokenize("1234567")) > 1 or not any(multi.fullmatch(p) for p in self.vocab)
         return self._splits_numbers
 
     def space_lead(self) -> int:
