@@ -771,10 +771,33 @@ def test_missing_tokenizer_is_refused_with_what_to_do(slow_only, tmp_path):
     r = CliRunner().invoke(cli, ["add", "-t", "Frodo", str(src), str(tmp_path / "out")])
     assert r.exit_code == 2
     assert r.stderr == (
-        f"Error: {src / 'tokenizer.json'}: missing, and there is no tokenizer.model to convert; vocabsurgeon edits "
+        f"Error: {src / 'tokenizer.json'}: missing, and there is no slow tokenizer file (tokenizer.model, spiece.model, "
+        "sentencepiece.bpe.model, vocab.json, vocab.txt) to convert; vocabsurgeon edits "
         "fast tokenizers (tokenizer.json). Save the tokenizer with transformers "
         "(AutoTokenizer.from_pretrained(dir).save_pretrained(dir)) first\n"
     )
+
+
+def test_t5_with_only_its_spiece_model_is_converted(tmp_path):
+    """T5 ships its SentencePiece file as spiece.model (T5Tokenizer's name), not tokenizer.model."""
+    import sentencepiece as spm
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(training_text()), model_writer=buf, vocab_size=600,
+                                   model_type="unigram", character_coverage=1.0, minloglevel=2,
+                                   pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
+    src = tmp_path / "src"
+    torch.manual_seed(0)
+    T5ForConditionalGeneration(T5Config(vocab_size=700, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2,
+                                        decoder_start_token_id=0)).eval().save_pretrained(src)
+    (src / "spiece.model").write_bytes(buf.getvalue())
+    (src / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "T5Tokenizer", "extra_ids": 100}))
+    summary = _add(src, tmp_path / "out", "-t", "Frodo")
+    assert summary["tokenizer_family"] == "unigram"
+    assert summary["tokenizer_notes"][0].startswith("spiece.model converted to tokenizer.json with transformers' T5")
+    assert [a["token"] for a in summary["added"]] == ["Frodo"] * len(summary["added"]) and summary["added"]
+    assert not (tmp_path / "out" / "spiece.model").exists()
 
 
 # ---------------------------------------------------------------------------------------------

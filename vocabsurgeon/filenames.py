@@ -6,7 +6,9 @@ INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
-SLOW_TOKENIZER_FILE = "tokenizer.model"
+# The slow-tokenizer files transformers converts to tokenizer.json, by the names its classes use
+# (LlamaTokenizer, T5Tokenizer, XLM-R/CamemBERT, GPT-2, BERT); see TokenizerEditor.
+SLOW_TOKENIZER_FILES = ("tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "vocab.json", "vocab.txt")
 # Slow-tokenizer files that would not have the new tokens: left out of the output when
 # tokenizer.json is rewritten (and deleted on the Hub by push), so that no loader silently gets the
 # old vocabulary from them.

@@ -36,7 +36,7 @@ from tokenizers import Tokenizer
 
 from .checkpoint import read_json
 from .errors import InputError, VocabSurgeonError
-from .filenames import CHAT_TEMPLATE_FILES, SLOW_TOKENIZER_FILE, TOKENIZER_CONFIG, TOKENIZER_FILE
+from .filenames import CHAT_TEMPLATE_FILES, SLOW_TOKENIZER_FILES, TOKENIZER_CONFIG, TOKENIZER_FILE
 from .families import SUPPORTED_FAMILIES, Skip, detect_family, family_of
 from .writer import write_json
 
@@ -258,8 +258,9 @@ class TokenizerPlan:
                 "notes": self.notes, "contexts_not_one_token": self.contexts}
 
 
-def convert_slow_tokenizer(directory: str | Path) -> tuple[dict, str]:
-    """Build tokenizer.json from a slow SentencePiece `tokenizer.model` with transformers' converter.
+def convert_slow_tokenizer(directory: str | Path, slow_file: str = SLOW_TOKENIZER_FILES[0]) -> tuple[dict, str]:
+    """Build tokenizer.json from a slow tokenizer's file (`tokenizer.model`, T5's `spiece.model`, ...)
+    with transformers' converter.
 
     Returns:
         (the tokenizer.json object, the transformers class that converted it).
@@ -275,9 +276,9 @@ def convert_slow_tokenizer(directory: str | Path) -> tuple[dict, str]:
         data = json.loads(tok.backend_tokenizer.to_str())
     except Exception as e:  # conversion errors come from transformers, sentencepiece and protobuf alike
         raise InputError(
-            f"{directory / SLOW_TOKENIZER_FILE}: cannot convert it to tokenizer.json ({type(e).__name__}: {e}); "
-            "install sentencepiece and protobuf, or convert it yourself with "
-            "AutoTokenizer.from_pretrained(dir).save_pretrained(dir)"
+            f"{directory / slow_file}: transformers cannot convert it to tokenizer.json ({type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else ''}); convert it yourself with "
+            "AutoTokenizer.from_pretrained(dir).save_pretrained(dir), or check that sentencepiece and protobuf import"
         ) from None
     return data, type(tok).__name__
 
@@ -289,16 +290,18 @@ class TokenizerEditor:
         self.dir = Path(path)
         file = self.dir / TOKENIZER_FILE
         self.converted_from: str | None = None
+        self.slow_file = next((f for f in SLOW_TOKENIZER_FILES if (self.dir / f).is_file()), None)
         if file.exists():
             self.data = read_json(file)
-        elif (self.dir / SLOW_TOKENIZER_FILE).exists():
-            self.data, cls = convert_slow_tokenizer(self.dir)
+        elif self.slow_file is not None:
+            self.data, cls = convert_slow_tokenizer(self.dir, self.slow_file)
             self.converted_from = cls
             logger.warning("%s has no %s: converted %s with transformers' %s",
-                           self.dir, TOKENIZER_FILE, SLOW_TOKENIZER_FILE, cls)
+                           self.dir, TOKENIZER_FILE, self.slow_file, cls)
         else:
             raise InputError(
-                f"{file}: missing, and there is no {SLOW_TOKENIZER_FILE} to convert; vocabsurgeon edits fast "
+                f"{file}: missing, and there is no slow tokenizer file ({', '.join(SLOW_TOKENIZER_FILES)}) to convert; "
+                "vocabsurgeon edits fast "
                 "tokenizers (tokenizer.json). Save the tokenizer with transformers "
                 "(AutoTokenizer.from_pretrained(dir).save_pretrained(dir)) first"
             )
@@ -481,8 +484,8 @@ class TokenizerEditor:
                 notes.append(f"Unigram ids {free[0]}..{free[-1]} (rows already in the checkpoint) hold placeholder "
                              f"pieces {GAP_PIECE.format('N')!r} that are never produced, so new ids match their rows")
         if self.converted_from:
-            notes.append(f"{SLOW_TOKENIZER_FILE} converted to {TOKENIZER_FILE} with transformers' {self.converted_from}; "
-                         f"{SLOW_TOKENIZER_FILE} itself does not have the new tokens")
+            notes.append(f"{self.slow_file} converted to {TOKENIZER_FILE} with transformers' {self.converted_from}; "
+                         f"{self.slow_file} itself does not have the new tokens")
         if reuse is not None:
             taken = [t.id for t in new if t.id < start]
             notes.append(
