@@ -84,3 +84,28 @@ def test_tokenizer_files_that_disagree_on_an_id_are_refused(tmp_path):
         f"Error: {src / 'tokenizer_config.json'}: added_tokens_decoder names id {eos} '<|begin_of_text|>', but "
         "tokenizer.json has '<|endoftext|>' there; the two files disagree, fix or re-download them")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_decomposed_spelling_of_a_word_in_the_list_is_the_same_word(tmp_path):
+    import unicodedata
+
+    src = tiny_checkpoint(tmp_path / "src", bytelevel_tokenizer(600))
+    tok = Tokenizer.from_file(str(src / "tokenizer.json"))
+    from tokenizers import normalizers
+
+    tok.normalizer = normalizers.NFC()  # as Qwen2/3 ship it
+    tok.save(str(src / "tokenizer.json"))
+    nfd = unicodedata.normalize("NFD", "Müller")
+    plan = TokenizerEditor(src).plan(["Müller", nfd])
+    assert {t.text for t in plan.new} == {"Müller"}
+    assert plan.skipped == [{"token": nfd, "reason": (
+        "the tokenizer normalizes it to 'Müller' (e.g. Unicode NFC), the same as 'Müller'")}]
+
+
+def test_a_unigram_word_that_nfkc_folds_into_other_text_is_skipped_when_it_would_change_that_text(tmp_path):
+    src = tiny_checkpoint(tmp_path / "src", make_tokenizer("unigram-file"))  # NFKC, as T5's tokenizer.json
+    plan = TokenizerEditor(src).plan(["m²", "Frodo"])
+    assert {t.text for t in plan.new} == {"Frodo"}
+    assert plan.skipped == [{"token": "m²", "reason": (
+        "the tokenizer folds it to 'm2' (Unicode NFKC), and a new 'm2' would change how existing text with 'm2' "
+        "tokenizes (e.g. 'exm2.n')")}]

@@ -48,8 +48,19 @@ class Family:
 
     def normalization(self, w: str, claimed: dict[str, str]) -> tuple[str | None, str | None]:
         """(the normalized form when entries are matched on normalized text and it differs, why `w`
-        is skipped or None); `claimed` maps normalized forms to the new words that took them."""
-        return None, None
+        is skipped or None); `claimed` maps normalized forms to the new words that took them.
+
+        By default entries are stored as the word is written, so a word that the normalizer changes
+        (Qwen's NFC folds a decomposed "Müller") is skipped: as written it would never be looked up.
+        """
+        key = self.ed.normalize(w).replace("▁", " ").strip()  # Llama 2 and Gemma write spaces as "▁"
+        if key == w:
+            claimed.setdefault(w, w)
+            return None, None
+        if key in claimed:
+            return None, f"the tokenizer normalizes it to {key!r} (e.g. Unicode NFC), the same as {claimed[key]!r}"
+        return None, (f"the tokenizer normalizes it to {key!r} (e.g. Unicode NFC) before the vocabulary is looked up; "
+                      f"add {key!r} instead")
 
     def entries(self, w: str) -> list[Entry]:
         """The entries that make `w` one token, or Skip."""
