@@ -77,3 +77,22 @@ def test_reuse_refused_for_unigram_vocabularies(tmp_path, monkeypatch):
     ed.model, ed.dir, ed.family = {"vocab": [["a", 0.0]]}, tmp_path, "unigram"
     with pytest.raises(InputError, match="--reuse-reserved needs a BPE or WordPiece vocabulary"):
         ed.reusable_ids(10)
+
+
+def test_reused_rows_alone_are_validated_by_add_and_by_validate(padded, tmp_path):
+    """Llama 3's case: every new token takes a reserved row, none is appended (once: "vocab_size is 608, not
+    more than the 608 ... pass the original first", exit 2, no report)."""
+    from vocabsurgeon.validate import validate_checkpoint
+
+    out = tmp_path / "out"
+    r = add_tokens(padded, out, ["Frodo", "Gandalf"], reuse_reserved=True)
+    assert r.to_dict()["rows_after"] == 608 and len(r.to_dict()["reused_rows"]) == 4
+    from vocabsurgeon.pipeline import finish_add
+
+    report = finish_add(r).report  # validation, as add runs it (it knows the new ids)
+    assert report["passed"], report["failures"]
+    assert report["method"] == "two-pass"  # the reused rows changed: the original must run
+    assert report["old_logits"]["unchanged"] and report["vocab"]["new_tokens"] == 4
+    standalone = validate_checkpoint(padded, out, max_tokens=256)  # `vocabsurgeon validate BASE OUT`: ids from the files
+    assert standalone["passed"], standalone["failures"]
+    assert standalone["vocab"]["new_tokens"] == 4 and standalone["tokenization"]["new_words"] == 2

@@ -187,18 +187,34 @@ class ChatText(NamedTuple):
     uses_new_words: bool
 
 
-def _uses_new(tok, texts, n_old: int) -> bool:
-    return any(t >= n_old for s in texts for t in encode(tok, s))
+class NewIds:
+    """The ids of the new tokens: every id from `n` (the original's rows) on, and the rows below `n`
+    that --reuse-reserved gave to new tokens (Llama 3's reserved tokens, BERT's [unusedN])."""
+
+    def __init__(self, n: int, reused=()):
+        self.n = n
+        self.reused = frozenset(reused)
+
+    def __contains__(self, t) -> bool:
+        return t >= self.n or t in self.reused
+
+    def mask(self, ids: np.ndarray) -> np.ndarray:
+        """Which of `ids` are new, as a boolean array."""
+        return (ids >= self.n) | np.isin(ids, list(self.reused))
 
 
-def chat_texts(new_tok, n_old: int, generation_prompt: bool = False) -> list[ChatText]:
+def _uses_new(tok, texts, new: NewIds) -> bool:
+    return any(t in new for s in texts for t in encode(tok, s))
+
+
+def chat_texts(new_tok, new: NewIds, generation_prompt: bool = False) -> list[ChatText]:
     """The sample conversations rendered with the (new) tokenizer's chat template, each marked when its
     own messages (not the template's text) use a new word."""
-    return [ChatText(text, _uses_new(new_tok, msgs, n_old))
+    return [ChatText(text, _uses_new(new_tok, msgs, new))
             for text, msgs in render_chats(new_tok, generation_prompt)]
 
 
-def tokenization_check(old_tok, new_tok, text: str, n_old: int, new_ids: list[int],
+def tokenization_check(old_tok, new_tok, text: str, new: NewIds, new_ids: list[int],
                        chats: list[ChatText] = ()) -> TokenizationCheck:
     """Invariants of the edited tokenizer, on the corpus, on chat-template text and on each new token.
 
@@ -211,7 +227,7 @@ def tokenization_check(old_tok, new_tok, text: str, n_old: int, new_ids: list[in
     changed, round_trip, with_new = [], [], 0
     for i, p in enumerate(paragraphs):
         a, b = encode(old_tok, p), encode(new_tok, p)
-        if any(t >= n_old for t in b):
+        if any(t in new for t in b):
             with_new += 1
         elif a != b:
             changed.append(i)
@@ -226,7 +242,7 @@ def tokenization_check(old_tok, new_tok, text: str, n_old: int, new_ids: list[in
             chat_changed += 1
             for t in b:
                 form = new_tok.decode([t])
-                if t >= n_old and form not in chat_new:
+                if t in new and form not in chat_new:
                     chat_new.append(form)
     special = set(getattr(new_tok, "all_special_ids", []) or [])
     # Added special tokens (--special) are not in all_special_ids in transformers 5; they stand alone.
@@ -253,10 +269,10 @@ def tokenization_check(old_tok, new_tok, text: str, n_old: int, new_ids: list[in
 # ---------------------------------------------------------------- what the models compute
 
 
-def _bits(model: LoadedModel, seqs: list[list[int]], start: int, n_old: int | None = None,
+def _bits(model: LoadedModel, seqs: list[list[int]], start: int, new: NewIds | None = None,
           vocab: int | None = None, progress: Progress | None = None) -> tuple[float, float, int]:
     """Total bits of predicting each token after position `start` of each sequence; also the
-    bits and count of those that are new tokens (id >= n_old). `vocab`: the softmax over the first
+    bits and count of those that are new tokens (in `new`). `vocab`: the softmax over the first
     `vocab` logits only (the original model's, in one pass)."""
     import torch
 
@@ -269,8 +285,8 @@ def _bits(model: LoadedModel, seqs: list[list[int]], start: int, n_old: int | No
         rows = torch.arange(start - 1, len(s) - 1)
         bits = -lp[rows, torch.as_tensor(nxt)].numpy() / math.log(2)  # (T - start,)
         total += float(bits.sum())
-        if n_old is not None:
-            is_new = nxt >= n_old
+        if new is not None:
+            is_new = new.mask(nxt)
             new_bits += float(bits[is_new].sum())
             new_count += int(is_new.sum())
         if progress:
@@ -278,27 +294,27 @@ def _bits(model: LoadedModel, seqs: list[list[int]], start: int, n_old: int | No
     return total, new_bits, new_count
 
 
-def _usability_texts(text: str, new_tok, n_old: int, max_tokens: int) -> list[str]:
+def _usability_texts(text: str, new_tok, new: NewIds, max_tokens: int) -> list[str]:
     out, used = [], 0
     for p in (p for p in text.split("\n\n") if p.strip()):
         ids = encode(new_tok, p)
-        if any(t >= n_old for t in ids) and used < max_tokens:
+        if any(t in new for t in ids) and used < max_tokens:
             out.append(p)
             used += len(ids)
     return out
 
 
-def _longest_new_run(ids: list[int], n_old: int) -> int:
+def _longest_new_run(ids: list[int], new: NewIds) -> int:
     best = run = 0
     prev = None
     for t in ids:
-        run = run + 1 if (t >= n_old and t == prev) else (1 if t >= n_old else 0)
+        run = run + 1 if (t in new and t == prev) else (1 if t in new else 0)
         best = max(best, run)
         prev = t
     return best
 
 
-def sampling_check(model: LoadedModel, old_tok, n_old: int, new_ids: list[int], seed: int, window: int,
+def sampling_check(model: LoadedModel, old_tok, new: NewIds, new_ids: list[int], seed: int, window: int,
                    max_prompts: int = SAMPLED_NEW_WORDS, progress: Progress | None = None) -> SamplingCheck:
     """Seeded samples: the fraction of new tokens after plain prompts, and how often a prompt ending
     in a new token makes the model repeat it. NaN or Inf probabilities give a failing record."""
@@ -316,7 +332,7 @@ def sampling_check(model: LoadedModel, old_tok, n_old: int, new_ids: list[int], 
             steps = max(0, min(SAMPLE_STEPS, window - len(ids)))
             got = model.sample(ids, steps, gen)
             plain_total += len(got)
-            plain_new += sum(t >= n_old for t in got)
+            plain_new += sum(t in new for t in got)
             if progress:
                 progress.advance(len(ids) + steps)
         for j, t in enumerate(picks):
@@ -326,10 +342,10 @@ def sampling_check(model: LoadedModel, old_tok, n_old: int, new_ids: list[int], 
             self_probs.append(float(lg[-1].softmax(-1)[t]))
             got = model.sample(ids, steps, gen)
             seq = [t] + got
-            if _longest_new_run(seq, n_old) >= STUCK_RUN:
+            if _longest_new_run(seq, new) >= STUCK_RUN:
                 stuck += 1
             for a, b in itertools.pairwise(seq):
-                if a >= n_old:
+                if a in new:
                     follow += 1
                     repeat += a == b
             if progress:
@@ -369,6 +385,13 @@ def _vocab_rows(path: Path) -> int:
 
 
 # ---------------------------------------------------------------- from the files: finite rows, derived by add
+
+
+def _reused_ids(old_tok, new_tok, n: int) -> list[int]:
+    """Ids below `n` that the new tokenizer gives a token the original did not have there (an unused
+    row, or a reserved token renamed): rows --reuse-reserved gave to new tokens."""
+    old = {i: t for t, i in old_tok.get_vocab().items() if i < n}
+    return sorted(i for t, i in new_tok.get_vocab().items() if i < n and old.get(i) != t)
 
 
 def finite_rows(path: Path, rows: int) -> FiniteRowsCheck:
@@ -458,6 +481,7 @@ class _Inputs:
     n: int
     rows_new: int
     new_token_ids: list[int]
+    new: NewIds
     seed: int
     max_tokens: int
     stop: set[int]  # greedy answers end at these ids (end of sequence)
@@ -578,6 +602,9 @@ def _measure(base: Path | None, new: Path, kind: ModelKind, device: str, inp: _I
                 kls.append(kl_per_position(ln[:, :n] if lo is None else lo, ln))
                 ln = ln[:, :n]
             if lo is not None:
+                if inp.new.reused:  # rows that --reuse-reserved gave to new tokens changed on purpose
+                    keep = [i for i in range(n) if i not in inp.new.reused]
+                    ln, lo = ln[..., keep], lo[..., keep]
                 m.max_diff = max(m.max_diff, float((ln - lo).abs().max()))
                 m.max_out = max(m.max_out, float(lo.abs().max()))
         if kind.has_logits:
@@ -587,7 +614,7 @@ def _measure(base: Path | None, new: Path, kind: ModelKind, device: str, inp: _I
             m.kl_chat = np.concatenate(chat) if chat else None
         if kind.generates:
             progress.stage("sampling")
-            m.sampling = sampling_check(model, old_tok, n, inp.new_token_ids, inp.seed, w.window, progress=progress)
+            m.sampling = sampling_check(model, old_tok, inp.new, inp.new_token_ids, inp.seed, w.window, progress=progress)
             if base is None and inp.prompts_old:
                 progress.stage("chat greedy answers")
                 m.greedy_base = _greedy(model, inp.prompts_old, inp, progress, vocab=n)
@@ -597,7 +624,7 @@ def _measure(base: Path | None, new: Path, kind: ModelKind, device: str, inp: _I
                 m.greedy_new = _greedy(model, inp.prompts_new, inp, progress)
             if base is None:
                 m.old_bits = _bits(model, w.usable_old, len(w.prefix), vocab=n, progress=progress)
-            m.new_bits = _bits(model, w.usable_new, len(w.prefix), n, progress=progress)
+            m.new_bits = _bits(model, w.usable_new, len(w.prefix), inp.new, progress=progress)
     return m
 
 
@@ -608,7 +635,7 @@ def _greedy_check(m: _Measured, inp: _Inputs, old_tok, new_tok, reason: str) -> 
     examples = []
     for i, (a, b) in enumerate(zip(m.greedy_base, m.greedy_new)):
         base_text, new_text = old_tok.decode(a), new_tok.decode(b)
-        if any(t >= inp.n for t in encode(new_tok, base_text)):
+        if any(t in inp.new for t in encode(new_tok, base_text)):
             continue  # the original's answer uses a new word: the expanded model may rightly say it another way
         compared += 1
         if base_text != new_text:
@@ -739,25 +766,30 @@ def validate_checkpoint(
     names = {key: s.name for key, s in sources.items()}  # the repo id, else the directory
     base, new = sources["base"].path, sources["new"].path
     n, rows_new = _vocab_rows(base), _vocab_rows(new)
-    k = rows_new - n
-    if k <= 0:
-        raise InputError(
-            f"{names['new']}: vocab_size is {rows_new}, not more than the {n} of {names['base']}; pass the original "
-            "first and the expanded checkpoint second"
-        )
-    text, corpus_name = read_corpus(corpus)
-    progress.stage("tokenizers")
+    no_new_rows = InputError(
+        f"{names['new']}: vocab_size is {rows_new}, not more than the {n} of {names['base']}; pass the original "
+        "first and the expanded checkpoint second")
+    if rows_new < n:
+        raise no_new_rows
     old_tok, new_tok = load_tokenizer(base), load_tokenizer(new)
     if new_token_ids is None:
-        new_token_ids = sorted(i for i in new_tok.get_vocab().values() if i >= n)
-    new_token_ids = [i for i in new_token_ids if n <= i < rows_new]
-    chats = chat_texts(new_tok, n)
-    prompts = [c for c in chat_texts(new_tok, n, generation_prompt=True) if not c.uses_new_words]
-    tokenization = tokenization_check(old_tok, new_tok, text, n, new_token_ids, chats)
+        new_token_ids = sorted(i for i in new_tok.get_vocab().values() if i >= n) + _reused_ids(old_tok, new_tok, n)
+    new_token_ids = [i for i in new_token_ids if i < rows_new]
+    reused = sorted(i for i in new_token_ids if i < n)  # --reuse-reserved: rows of the original given to new tokens
+    k = rows_new - n + len(reused)
+    if k <= 0:
+        raise no_new_rows
+    text, corpus_name = read_corpus(corpus)
+    progress.stage("tokenizers")
+    new_ids = NewIds(n, reused)
+    chats = chat_texts(new_tok, new_ids)
+    prompts = [c for c in chat_texts(new_tok, new_ids, generation_prompt=True) if not c.uses_new_words]
+    tokenization = tokenization_check(old_tok, new_tok, text, new_ids, new_token_ids, chats)
     inp = _Inputs(
         corpus_ids=encode(old_tok, text), chat_old=[encode(old_tok, c.text) for c in chats],
         prompts_old=[encode(old_tok, c.text) for c in prompts], prompts_new=[encode(new_tok, c.text) for c in prompts],
-        usable=_usability_texts(text, new_tok, n, max_tokens), n=n, rows_new=rows_new, new_token_ids=new_token_ids,
+        usable=_usability_texts(text, new_tok, new_ids, max_tokens), n=n, rows_new=rows_new,
+        new_token_ids=new_token_ids, new=new_ids,
         seed=seed, max_tokens=max_tokens, stop={t for t in (old_tok.eos_token_id,) if t is not None},
     )
     kind = model_kind(base)
