@@ -1,4 +1,5 @@
-"""SentencePiece BPE as the tokenizers library trains it (Metaspace pre-tokenizer and decoder, no byte fallback)."""
+"""SentencePiece BPE with a Metaspace pre-tokenizer that prepends "▁" to every stretch of text: as the tokenizers
+library trains it, and transformers 5's re-save of Llama 2 (byte fallback, split off)."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ class MetaspaceBPE(Family):
                 continue
             if self.merge_pair(form) is None:
                 pieces = self._pieces(form)
-                raise Skip(f"this SentencePiece BPE (Metaspace decoder, no byte fallback) takes a new word only as "
+                raise Skip(f"this SentencePiece BPE (Metaspace with prepend_scheme 'always') takes a new word only as "
                            f"one merge of two existing pieces, and {piece!r} is {len(pieces)} pieces {pieces}; "
                            "added tokens would decode with a space before the punctuation after them")
             out.append(Entry(form, piece, "merge"))
