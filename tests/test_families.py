@@ -38,11 +38,11 @@ def test_every_family_has_a_record_with_a_distinct_name():
 @pytest.mark.parametrize("name", DETECTED)
 def test_each_tokenizer_as_shipped_is_detected_as_its_family(name, editor):
     ed = editor(name)
-    assert ed.family == DETECTED[name] == ed.kind.name
+    assert ed.family_name == DETECTED[name] == ed.family.name
 
 
 def test_byte_level_word_is_two_added_tokens_and_a_split_latin1_symbol_is_skipped(editor):
-    kind = editor("byte-level").kind
+    kind = editor("byte-level").family
     kind.prepare(["Frodo", "°C"])
     assert kind.entries("Frodo") == [Entry("Frodo", "Frodo", "added"), Entry(" Frodo", " Frodo", "added")]
     with pytest.raises(Skip, match=r"^the pre-tokenizer splits it \(° \| C\), so it can only be an added token, "
@@ -51,14 +51,14 @@ def test_byte_level_word_is_two_added_tokens_and_a_split_latin1_symbol_is_skippe
 
 
 def test_sentencepiece_bpe_word_is_two_added_tokens(editor):
-    kind = editor("sp-bpe-file").kind
+    kind = editor("sp-bpe-file").family
     kind.prepare(["Frodo"])
     assert kind.entries("Frodo") == [Entry("Frodo", "Frodo", "added"), Entry(" Frodo", " Frodo", "added")]
 
 
 def test_metaspace_bpe_word_is_merges_of_two_pieces_or_skipped(editor):
     ed = editor("metaspace-bpe")
-    kind = ed.kind
+    kind = ed.family
 
     def pieces(p):
         return [t.value for t in ed.tok.model.tokenize(p)]
@@ -74,7 +74,7 @@ def test_metaspace_bpe_word_is_merges_of_two_pieces_or_skipped(editor):
 
 def test_unigram_word_is_two_pieces_scored_like_the_most_likely_piece(editor):
     ed = editor("unigram-file")
-    kind = ed.kind
+    kind = ed.family
     kind.prepare(["Frodo"])
     best = max(s for p, s in ed.model["vocab"] if p not in ed.added)
     assert kind.entries("Frodo") == [Entry("Frodo", "Frodo", "vocab", score=best),
@@ -82,7 +82,7 @@ def test_unigram_word_is_two_pieces_scored_like_the_most_likely_piece(editor):
 
 
 def test_wordpiece_word_is_one_entry_punctuation_an_added_token_and_cjk_a_raw_added_token(editor):
-    cased, uncased = editor("wordpiece-cased").kind, editor("wordpiece-uncased").kind
+    cased, uncased = editor("wordpiece-cased").family, editor("wordpiece-uncased").family
     assert cased.entries("Frodo") == [Entry("Frodo", "Frodo", "vocab")]
     assert uncased.entries("Frodo") == [Entry("Frodo", "frodo", "vocab")]
     assert uncased.entries("C++") == [Entry("C++", "c++", "added", normalized=True)]

@@ -74,7 +74,7 @@ def test_reuse_refused_for_unigram_vocabularies(tmp_path, monkeypatch):
     from vocabsurgeon.tokenizer import TokenizerEditor
 
     ed = TokenizerEditor.__new__(TokenizerEditor)
-    ed.model, ed.dir, ed.family = {"vocab": [["a", 0.0]]}, tmp_path, "unigram"
+    ed.model, ed.dir, ed.family_name = {"vocab": [["a", 0.0]]}, tmp_path, "unigram"
     with pytest.raises(InputError, match="--reuse-reserved needs a BPE or WordPiece vocabulary"):
         ed.reusable_ids(10)
 

@@ -230,7 +230,7 @@ def test_byte_level_table_matches_the_byte_level_pre_tokenizer():
     from hypothesis import strategies as st
     from tokenizers import pre_tokenizers
 
-    from vocabsurgeon.tokenizer import byte_level
+    from vocabsurgeon.families.pieces import byte_level
 
     rust = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
 

@@ -30,7 +30,8 @@ from builders import SPECIAL, bytelevel_tokenizer, training_text
 from conftest import FIXTURES
 from vocabsurgeon.cli import cli
 from vocabsurgeon.errors import InputError
-from vocabsurgeon.tokenizer import GAP_PIECE, TokenizerEditor, byte_level, parts_of, verify_tokenizer
+from vocabsurgeon.families.pieces import byte_level, parts_of
+from vocabsurgeon.tokenizer import GAP_PIECE, TokenizerEditor, verify_tokenizer
 
 WORDS = ["mithril", "Frodo", "Lothlorien", "Éowyn"]
 OLD_TEXTS = [
@@ -419,7 +420,7 @@ def test_byte_level_without_ignore_merges_uses_a_merge_or_skips(tmp_path):
     src = _bytelevel_checkpoint(tmp_path / "src", lambda data: data["model"]["merges"].pop())
     out = tmp_path / "out"
     ed = TokenizerEditor(src)
-    assert not ed.kind.merges_are_redundant()
+    assert not ed.family.merges_are_redundant()
     pair = _one_token_after_a_space(ed.vocab)  # "return": two pieces, " return" one token
     long = next(w for w in ("default", "argument", "from", "not")
                 if "Ġ" + w in ed.vocab and w not in ed.vocab and len(ed.encode(w)) >= 3)

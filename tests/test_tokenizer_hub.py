@@ -272,7 +272,7 @@ def test_wordpiece_cjk_word_is_one_added_token_on_the_raw_text(family, tmp_path)
 def test_metaspace_bpe_gets_merges_and_decodes_as_before(tmp_path):
     src = _checkpoint(tmp_path, "metaspace-bpe")
     ed = TokenizerEditor(src)
-    assert ed.family == "sentencepiece-bpe-metaspace" == detect_family(ed.data)
+    assert ed.family_name == "sentencepiece-bpe-metaspace" == detect_family(ed.data)
 
     def pieces(p):
         return [t.value for t in ed.tok.model.tokenize(p)]

@@ -340,7 +340,7 @@ def chat_ckpt(tmp_path_factory):
 
 def test_chat_samples_use_the_template_and_its_default_system_prompt(chat_ckpt, gpt2_ckpt):
     from vocabsurgeon.runtime import load_tokenizer
-    from vocabsurgeon.tokenizer import chat_samples, render_chats
+    from vocabsurgeon.chats import chat_samples, render_chats
 
     tok = load_tokenizer(chat_ckpt)
     samples = [text for text, _ in render_chats(tok)]
@@ -407,7 +407,7 @@ def test_chat_figures_agree_with_an_independent_computation(chat_ckpt, tmp_path)
     assert report["tokenization"]["chat_ids_changed"] == 0
     g = report["greedy_chat"]
     assert g["applicable"] is True and g["compared"] == g["prompts"] == 4 and g["differing"] == 0
-    from vocabsurgeon.tokenizer import CHATS
+    from vocabsurgeon.chats import CHATS
 
     tok = AutoTokenizer.from_pretrained(chat_ckpt)
     kl = []

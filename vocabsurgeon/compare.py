@@ -33,7 +33,8 @@ from .errors import InputError
 from .filenames import TOKENIZER_FILE
 from .hub import Source, resolve_checkpoint, resolve_checkpoints
 from .plot import figure
-from .tokenizer import BYTE_SYMBOLS, unpadded
+from .encoding import unpadded
+from .families.pieces import bytes_of
 
 logger = logging.getLogger(__name__)
 
@@ -219,15 +220,9 @@ def _readable(tok_json: dict) -> Callable[[str], str]:
     """How to turn a vocabulary piece into the text it stands for, from the tokenizer's decoder."""
     spec = json.dumps(tok_json.get("decoder"), ensure_ascii=False)
     if "ByteLevel" in spec:
-        from tokenizers import pre_tokenizers
-
-        byte_of = {ch: i for i, ch in enumerate(BYTE_SYMBOLS)}
-        alphabet = set(pre_tokenizers.ByteLevel.alphabet())
-
         def byte_level(piece: str) -> str:
-            if not set(piece) <= alphabet:  # an added token ("<|endoftext|>", " Frodo") is stored as text
-                return piece
-            return bytes(byte_of[c] for c in piece).decode("utf-8", errors=_HEX_BYTES)
+            raw = bytes_of(piece)  # None for an added token stored as text ("<|endoftext|>", " Frodo")
+            return piece if raw is None else raw.decode("utf-8", errors=_HEX_BYTES)
 
         return byte_level
     if "Metaspace" in spec or "\u2581" in spec:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import InputError
-from .tokenizer import unpadded
+from .encoding import unpadded
 
 logger = logging.getLogger(__name__)
 

@@ -36,7 +36,8 @@ from tokenizers import Tokenizer
 
 from .errors import InputError
 from .filenames import TOKENIZER_FILE
-from .tokenizer import convert_slow_tokenizer, unpadded
+from .encoding import unpadded
+from .tokenizer import convert_slow_tokenizer
 from .wordlist import MAX_TOKEN_CHARS
 
 logger = logging.getLogger(__name__)

@@ -36,8 +36,10 @@ from tokenizers import Tokenizer
 
 from .checkpoint import read_json
 from .errors import InputError, VocabSurgeonError
-from .filenames import CHAT_TEMPLATE_FILES, SLOW_TOKENIZER_FILES, TOKENIZER_CONFIG, TOKENIZER_FILE
+from .chats import chat_samples
+from .encoding import encode_batch, encode_ids, unpadded
 from .families import SUPPORTED_FAMILIES, Skip, detect_family, family_of
+from .filenames import CHAT_TEMPLATE_FILES, SLOW_TOKENIZER_FILES, TOKENIZER_CONFIG, TOKENIZER_FILE
 from .writer import write_json
 
 logger = logging.getLogger(__name__)
@@ -47,170 +49,6 @@ FILE_AS_WRITTEN_CLASSES = {"PreTrainedTokenizerFast", "TokenizersBackend"}
 # Placeholder tokens that models ship for later use (Llama 3, Gemma, BERT): --reuse-reserved takes them.
 RESERVED_TOKEN = re.compile(r"<\|reserved_special_token_\d+\|>|<unused\d+>|\[unused\d+\]|<\|reserved_\d+\|>")
 GAP_PIECE = "<vocabsurgeon unused {}>"  # Unigram placeholders; the space makes them unreachable
-
-def _byte_symbols() -> list[str]:
-    """The character that byte-level BPE writes for each byte (GPT-2's bytes_to_unicode): printable
-    Latin-1 bytes stand for themselves, the others are shifted past U+0100."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
-    out, extra = [""] * 256, 0
-    for b in range(256):
-        if b in keep:
-            out[b] = chr(b)
-        else:
-            out[b] = chr(256 + extra)
-            extra += 1
-    return out
-
-
-BYTE_SYMBOLS = _byte_symbols()  # indexed by byte value; also used by compare.py
-
-
-def byte_level(text: str) -> str:
-    """The byte-level BPE spelling of `text` ("Éowyn" -> "Ã\\x89owyn", " x" -> "Ġx").
-
-    A table lookup per UTF-8 byte: the same as the ByteLevel pre-tokenizer without its regex
-    (tests/test_surgery.py checks it), without a call into Rust per word (1.4 s for 50,000 words).
-    """
-    return "".join([BYTE_SYMBOLS[b] for b in text.encode("utf-8", "surrogatepass")])
-
-
-PARTS_HEAD = 4  # FormIndex indexes forms by up to this many first characters
-
-
-class FormIndex:
-    """New forms indexed for finding them inside longer pieces (an added token for such a form,
-    matched anywhere in raw text, would split that piece: "return" inside " return").
-
-    Forms are indexed by their first g = min(length, PARTS_HEAD) characters; a piece's g-character
-    windows are looked up in that index, and only hits are checked with `startswith`. Built once
-    and queried per piece, so that planning stays linear in the number of words.
-    """
-
-    def __init__(self, forms: set[str]):
-        self.by_g: dict[int, dict[str, list[str]]] = {}
-        for f in sorted(forms):
-            g = min(len(f), PARTS_HEAD)
-            self.by_g.setdefault(g, {}).setdefault(f[:g], []).append(f)
-        self.groups = sorted(self.by_g.items())
-
-    def parts(self, pieces: list[str]) -> dict[str, str]:
-        """Each indexed form that is a proper part of one of `pieces`, with the first such piece."""
-        found: dict[str, str] = {}
-        for g, by_head in self.groups:
-            hits = [(p, i) for p in pieces if len(p) > g for i in range(len(p) - g + 1) if p[i:i + g] in by_head]
-            for p, i in hits:
-                for f in by_head[p[i:i + g]]:
-                    if len(f) < len(p) and f not in found and p.startswith(f, i):
-                        found[f] = p
-        return found
-
-    def inside(self, piece: str) -> bool:
-        """Whether some indexed form is a proper part of `piece`."""
-        for g, by_head in self.groups:
-            for i in range(len(piece) - g + 1):
-                for f in by_head.get(piece[i:i + g], ()):
-                    if len(f) < len(piece) and piece.startswith(f, i):
-                        return True
-        return False
-
-
-def parts_of(pieces: list[str], forms: set[str]) -> dict[str, str]:
-    """Each of `forms` that is a proper part of one of `pieces`, with the first such piece (see FormIndex)."""
-    return FormIndex(forms).parts(pieces)
-
-
-def unpadded(tok: Tokenizer) -> Tokenizer:
-    """`tok` with padding and truncation off: every encode vocabsurgeon does for its own checks
-    must see the text's own ids (a tokenizer.json may ship `"padding": {"strategy": {"Fixed": 128}}`);
-    the written tokenizer.json keeps the user's settings."""
-    tok.no_padding()
-    tok.no_truncation()
-    return tok
-
-
-# Conversations rendered with the checkpoint's chat template: the rendered text is old text, which
-# must keep its ids (a new "assistant" would re-tokenize every prompt), and validation runs it. The
-# first two have no system turn, so that a template's default system prompt (Qwen, SmolLM) renders.
-CHATS: tuple[tuple[tuple[str, str], ...], ...] = (
-    (("user", "What is the capital of France?"), ("assistant", "The capital of France is Paris.")),
-    (("user", "Write a short poem about the sea."),
-     ("assistant", "Waves fold over waves,\nsalt light on the morning shore,\nthe tide keeps its time."),
-     ("user", "Thanks! Now make it rhyme.")),
-    (("system", "You are a helpful assistant. Answer briefly."), ("user", "How many legs does a spider have?"),
-     ("assistant", "A spider has eight legs.")),
-    (("system", "You are a careful programmer."), ("user", "Write a Python function that adds two numbers."),
-     ("assistant", "def add(a, b):\n    return a + b")),
-)
-
-
-def chat_template(directory: str | Path) -> str | None:
-    """The checkpoint's chat template (chat_template.jinja, or tokenizer_config.json's `chat_template`)."""
-    directory = Path(directory)
-    if (directory / CHAT_TEMPLATE_FILES[0]).is_file():
-        return (directory / CHAT_TEMPLATE_FILES[0]).read_text(encoding="utf-8")
-    cfg = directory / TOKENIZER_CONFIG
-    template = read_json(cfg).get("chat_template") if cfg.is_file() else None
-    if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
-        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
-        template = named.get("default") or next(iter(named.values()), None)
-    return template if isinstance(template, str) and template.strip() else None
-
-
-def has_chat_template(tok) -> bool:
-    """Whether a loaded transformers tokenizer has a chat template."""
-    return bool(getattr(tok, "chat_template", None))
-
-
-def _render(tok, turns, generation_prompt: bool) -> str | None:
-    """One conversation through the chat template, or None when the template refuses it (e.g. no system role)."""
-    messages = [{"role": r, "content": c} for r, c in turns]
-    try:
-        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
-    except Exception as e:  # a template may raise on a role it does not support (Gemma: no system turn)
-        logger.debug("the chat template refuses a conversation (%s)", e)
-        return None
-    return text if isinstance(text, str) and text else None
-
-
-def render_chats(tok, generation_prompt: bool = False) -> list[tuple[str, list[str]]]:
-    """The sample conversations (CHATS) rendered with a loaded tokenizer's chat template, each with
-    the texts of its messages; [] without a template. With `generation_prompt`, each conversation up
-    to its last user turn, ending in the template's generation prompt (what a chat user sends)."""
-    if not has_chat_template(tok):
-        return []
-    out = []
-    for turns in CHATS:
-        if generation_prompt:
-            turns = turns[:max(i for i, (role, _) in enumerate(turns) if role == "user") + 1]
-        text = _render(tok, turns, generation_prompt)
-        if text is not None:
-            out.append((text, [c for _, c in turns]))
-    return out
-
-
-def chat_samples(directory: str | Path) -> list[str]:
-    """The checkpoint's chat template rendered by transformers with the sample conversations
-    (CHATS), whole and as prompts ending in the generation prompt; [] without a chat template.
-
-    Example:
-        >>> chat_samples("fixtures/gpt2-tiny")  # no chat template
-        []
-    """
-    if chat_template(directory) is None:
-        return []
-    try:
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(str(directory), trust_remote_code=False)
-    except Exception as e:  # transformers' loader raises many types; the template is then not checked
-        logger.warning("%s: cannot load the tokenizer with transformers to render its chat template (%s: %s)",
-                       directory, type(e).__name__, e)
-        return []
-    texts: list[str] = []
-    for generation_prompt in (False, True):
-        texts += [t for t, _ in render_chats(tok, generation_prompt) if t not in texts]
-    return texts
-
 
 def _around(text: str, word: str, width: int = 12) -> str:
     """The part of `text` around the first occurrence of `word` (for a reason shown to the user)."""
@@ -312,9 +150,9 @@ class TokenizerEditor:
             raise InputError(f"{file}: the tokenizers library cannot load it ({e}); re-download it") from None
         cfg = self.dir / TOKENIZER_CONFIG
         self.config = read_json(cfg) if cfg.exists() else None
-        self.family = detect_family(self.data)
+        self.family_name = detect_family(self.data)
         fam = family_of(self.data)
-        self.kind = fam(self) if fam is not None else None  # the family record: how words become entries
+        self.family = fam(self) if fam is not None else None  # the family record: how words become entries
         self.model = self.data["model"]
         raw_vocab = self.model.get("vocab")
         if isinstance(raw_vocab, dict):
@@ -373,7 +211,7 @@ class TokenizerEditor:
         each form up to twice, and 50,000 words are 200,000 calls into Rust otherwise."""
         texts = [t for t in dict.fromkeys(texts) if t not in self._encoded]
         if texts:
-            encs = _encode_batch(self.tok)(texts, add_special_tokens=False)
+            encs = encode_batch(self.tok)(texts, add_special_tokens=False)
             self._encoded.update(zip(texts, (e.ids for e in encs)))
 
     @property
@@ -402,7 +240,7 @@ class TokenizerEditor:
         if not isinstance(self.model.get("vocab"), dict):
             raise InputError(
                 f"{self.dir / TOKENIZER_FILE}: --reuse-reserved needs a BPE or WordPiece vocabulary; "
-                f"this {self.family} tokenizer's ids are list positions. Drop --reuse-reserved"
+                f"this {self.family_name} tokenizer's ids are list positions. Drop --reuse-reserved"
             )
         used = set(self.vocab.values()) | {t["id"] for t in self.added.values()}
         unused = [(i, None) for i in range(rows) if i not in used]
@@ -468,9 +306,9 @@ class TokenizerEditor:
                 i = next(counter)
             numbered.append(replace(t, id=i))
         new, notes = numbered, list(notes)
-        set_ignore = self.kind is not None and self.kind.needs_ignore_merges(new)
+        set_ignore = self.family is not None and self.family.needs_ignore_merges(new)
         why_as_written = ("model-specific classes rebuild it from vocab and merges and would drop ignore_merges"
-                          if set_ignore else self.kind.rebuild_breaks(new) if self.kind is not None else None)
+                          if set_ignore else self.family.rebuild_breaks(new) if self.family is not None else None)
         old_class = (self.config or {}).get("tokenizer_class")
         if why_as_written and old_class not in FILE_AS_WRITTEN_CLASSES:
             notes.append(f"tokenizer_class {old_class} -> PreTrainedTokenizerFast, so transformers loads tokenizer.json "
@@ -493,7 +331,7 @@ class TokenizerEditor:
                 + (f" ({len(freed)} of them reserved tokens, e.g. {next(iter(freed.values()))!r})" if freed else "")
                 + f"; {len(new) - len(taken)} rows appended"
             )
-        return TokenizerPlan(self.family, new, list(skipped), set_ignore, notes, gap, self.tok, freed,
+        return TokenizerPlan(self.family_name, new, list(skipped), set_ignore, notes, gap, self.tok, freed,
                              file_as_written=bool(why_as_written))
 
     def _failures(self, plan: TokenizerPlan, chat: list[str]) -> tuple[dict[str, str], dict[str, list[str]]]:
@@ -515,7 +353,7 @@ class TokenizerEditor:
         failures: dict[str, str] = {}
         owner = {t.id: t.text for t in plan.new}
         if chat:
-            for text, want, got in zip(chat, _encode_ids(self.tok, chat), _encode_ids(tok, chat)):
+            for text, want, got in zip(chat, encode_ids(self.tok, chat), encode_ids(tok, chat)):
                 if got == want:
                     continue
                 culprits = [owner[i] for i in dict.fromkeys(got) if i in owner]
@@ -562,7 +400,7 @@ class TokenizerEditor:
                     failures[w] = (f"the tokenizer folds it to {key!r} (Unicode NFKC), and a new {key!r} would change how "
                                    f"existing text with {key!r} tokenizes (e.g. {text!r})")
         texts = [c[0] for c in cases]
-        got_ids = _encode_ids(tok, texts)
+        got_ids = encode_ids(tok, texts)
         decoded = [j for j, c in enumerate(cases) if c[2]]
         wants = self._decoded([texts[j] for j in decoded])
         gots = tok.decode_batch([got_ids[j] for j in decoded])
@@ -583,7 +421,7 @@ class TokenizerEditor:
                         continue
                     pieces = [tok.id_to_token(i) for i in ids[:12]] + (["..."] if len(ids) > 12 else [])
                     mechs = "/".join(dict.fromkeys(t.mechanism for t in by_word[w]))
-                    failures[w] = (f"would not be one token in {text!r} (it would encode as {pieces}): the {self.family} "
+                    failures[w] = (f"would not be one token in {text!r} (it would encode as {pieces}): the {self.family_name} "
                                    f"entries ({mechs}) cannot make it one token there")
             w = next(iter(expect))
             if j in decode and w not in failures:
@@ -596,8 +434,8 @@ class TokenizerEditor:
             # only where the original, loaded the same way, agrees with its own file on that text
             base = self._original_as_loaded()
             self.prefetch(texts)
-            agree = [b == self.encode(t) for t, b in zip(texts, _encode_ids(base, texts))] if base else [True] * len(texts)
-            for j, rebuilt in enumerate(_encode_ids(loader, texts)):
+            agree = [b == self.encode(t) for t, b in zip(texts, encode_ids(base, texts))] if base else [True] * len(texts)
+            for j, rebuilt in enumerate(encode_ids(loader, texts)):
                 text, expect, _, _ = cases[j]
                 if rebuilt != got_ids[j] and agree[j]:
                     for w in expect:
@@ -666,7 +504,7 @@ class TokenizerEditor:
         checked again in each round of `plan`)."""
         todo = [t for t in dict.fromkeys(texts) if t not in self._round_trips]
         if todo:
-            self._round_trips.update(zip(todo, self.tok.decode_batch(_encode_ids(self.tok, todo))))
+            self._round_trips.update(zip(todo, self.tok.decode_batch(encode_ids(self.tok, todo))))
         return [self._round_trips[t] for t in texts]
 
     def _draft(self, words: list[str], special: bool) -> tuple[list[NewToken], list[dict], list[str]]:
@@ -677,13 +515,13 @@ class TokenizerEditor:
         notes: list[str] = []
         claimed: dict[str, str] = {}
         planned: dict[str, str] = {}  # piece -> the word that took it
-        kind = self.kind
-        if kind is None and not special:
-            raise InputError(f"{self.file}: {self.family} tokenizers are not supported (supported: "
+        family = self.family
+        if family is None and not special:
+            raise InputError(f"{self.file}: {self.family_name} tokenizers are not supported (supported: "
                              f"{', '.join(SUPPORTED_FAMILIES)}); open an issue with the model name")
         self.prefetch([f for w in words for f in ((w,) if special else (w, " " + w))])
         if not special:
-            kind.prepare(words)
+            family.prepare(words)
         for w in words:
             existing = self.added.get(w)
             if existing is not None and existing.get("special"):
@@ -694,9 +532,9 @@ class TokenizerEditor:
                     skipped.append({"token": w, "reason": "already in the vocabulary (not promoted to special)"})
                     continue
                 new.append(NewToken(w, w, w, -1, "special", self.encode(w),
-                                    score=kind.special_score if kind is not None else None))
+                                    score=family.special_score if family is not None else None))
                 continue
-            norm, why = kind.normalization(w, claimed)
+            norm, why = family.normalization(w, claimed)
             if why is None and any(c.isdigit() for c in w) and self.splits_numbers():
                 why = ("it has digits, and this tokenizer splits numbers into single digits or short groups before the "
                        "vocabulary is looked up; a token with digits would change how other numbers tokenize")
@@ -704,13 +542,13 @@ class TokenizerEditor:
                 mine: list[NewToken] = []
                 taken_by = None
                 try:
-                    for e in kind.entries(w):
+                    for e in family.entries(w):
                         if e.piece in planned:
                             taken_by = planned[e.piece]
                             continue
                         if self.has(e.piece) or (e.mechanism == "added" and len(self.encode(e.form)) == 1):
                             continue  # this form is one token already
-                        if kind.admit(w, e):
+                        if family.admit(w, e):
                             mine.append(NewToken(w, e.form, e.piece, -1, e.mechanism, self.encode(e.form),
                                                  e.normalized, e.score))
                 except Skip as e:
@@ -719,7 +557,7 @@ class TokenizerEditor:
                     earlier = (f"the same token as {taken_by!r}, earlier in the list (this tokenizer "
                                f"{'normalizes' if self.normalize(w) != w else 'stores'} it as that token's piece)"
                                if taken_by is not None else None)
-                    why = None if mine else kind.skip_reason(w) or earlier or "already in the vocabulary"
+                    why = None if mine else family.skip_reason(w) or earlier or "already in the vocabulary"
             if why is not None:
                 skipped.append({"token": w, "reason": why})
                 continue
@@ -730,7 +568,7 @@ class TokenizerEditor:
                 notes.append(note)
                 logger.warning("%s", note)
         if not special:
-            kind.finish(new, notes)
+            family.finish(new, notes)
         return new, skipped, notes
 
     def edited(self, plan: TokenizerPlan) -> dict:
@@ -754,7 +592,7 @@ class TokenizerEditor:
             merges = model["merges"] = list(model.get("merges") or [])
             as_text = bool(merges) and isinstance(merges[0], str)  # "a b" (older files) or ["a", "b"]
             for t in merged:
-                pair = self.kind.merge_pair(t.form)
+                pair = self.family.merge_pair(t.form)
                 if pair is None or "".join(pair) != t.piece:
                     raise VocabSurgeonError(f"internal: token {t.text!r} has no merge pair; nothing was written")
                 merges.append(" ".join(pair) if as_text else list(pair))
@@ -875,18 +713,18 @@ def verify_tokenizer(out_dir: Path, plan: TokenizerPlan) -> None:
     special_words = [w for w in words if by_word[w][0].mechanism == "special"]
     special = set(special_words)
     plain = [w for w in words if w not in special]
-    alone = dict(zip(special_words, _encode_ids(tok, special_words)))
+    alone = dict(zip(special_words, encode_ids(tok, special_words)))
     forms = [f for w in plain for f in (w, " " + w)]
     lead = 0  # pieces of a lone leading space, as in TokenizerEditor.space_lead
     if plan.original is not None:
         lead = max(0, len(plan.original.encode(" a", add_special_tokens=False).ids)
                    - len(plan.original.encode("a", add_special_tokens=False).ids))
-    form_ids = dict(zip(forms, _encode_ids(tok, forms)))
+    form_ids = dict(zip(forms, encode_ids(tok, forms)))
     round_trip: dict[str, tuple[str, str, str]] = {}
     if plan.original is not None:
         texts = [f"{w}, {w}." for w in plain]
-        wants = plan.original.decode_batch(_encode_ids(plan.original, texts))
-        gots = tok.decode_batch(_encode_ids(tok, texts))
+        wants = plan.original.decode_batch(encode_ids(plan.original, texts))
+        gots = tok.decode_batch(encode_ids(tok, texts))
         round_trip = {w: (text, want, got) for w, text, want, got in zip(plain, texts, wants, gots)}
     for w in words:
         mine = by_word[w]
@@ -914,13 +752,3 @@ def verify_tokenizer(out_dir: Path, plan: TokenizerPlan) -> None:
                     f"token {w!r}: {text!r} decodes as {got!r}, but the original tokenizer gives {want!r}; "
                     "this is a bug, please report it"
                 )
-
-
-def _encode_ids(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
-    """Ids of each text without special tokens, in one batched call (parallel in Rust)."""
-    return [e.ids for e in _encode_batch(tok)(texts, add_special_tokens=False)] if texts else []
-
-
-def _encode_batch(tok: Tokenizer):
-    """encode_batch_fast (ids without offsets, tokenizers >= 0.21) where there is one."""
-    return getattr(tok, "encode_batch_fast", tok.encode_batch)

@@ -77,7 +77,7 @@ from .runtime import (
     model_kind,
     read_corpus,
 )
-from .tokenizer import render_chats
+from .chats import render_chats
 
 logger = logging.getLogger(__name__)
 

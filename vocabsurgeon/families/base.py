@@ -2,12 +2,37 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, Literal, NamedTuple
-
-if TYPE_CHECKING:
-    from ..tokenizer import NewToken, TokenizerEditor
+from pathlib import Path
+from typing import Any, ClassVar, Literal, NamedTuple, Protocol
 
 Mechanism = Literal["vocab", "merge", "added", "special"]
+
+
+class TokenizerView(Protocol):
+    """What a family reads of the tokenizer it plans for (TokenizerEditor provides it): the parsed
+    tokenizer.json and its parts, and the original tokenizer's answers. Families never change it."""
+
+    data: dict  # the parsed tokenizer.json
+    model: dict  # its "model" object
+    vocab: dict[str, int]  # piece -> id (Unigram: the list, as a dict)
+    added: dict[str, dict]  # content -> the added_tokens entry
+    tok: Any  # the original `tokenizers.Tokenizer`
+    file: Path  # tokenizer.json, for messages
+
+    def has(self, piece: str) -> bool: ...
+    def encode(self, text: str) -> list[int]: ...
+    def normalize(self, text: str) -> str: ...
+    def pretokenize(self, text: str) -> list[str]: ...
+    def text_of(self, piece: str) -> str: ...
+
+
+class Drafted(Protocol):
+    """A new entry as the plan drafted it (tokenizer.NewToken): families may turn one into an added token."""
+
+    text: str
+    form: str
+    piece: str
+    mechanism: str
 
 
 class Entry(NamedTuple):
@@ -35,7 +60,7 @@ class Family:
     name: ClassVar[str]
     special_score: ClassVar[float | None] = None  # the score of a --special piece (Unigram: a list entry)
 
-    def __init__(self, editor: TokenizerEditor):
+    def __init__(self, editor: TokenizerView):
         self.ed = editor
 
     @staticmethod
@@ -75,14 +100,14 @@ class Family:
         """Why `w` ended with no entries, when not because they all exist already."""
         return None
 
-    def finish(self, new: list[NewToken], notes: list[str]) -> None:
+    def finish(self, new: list[Drafted], notes: list[str]) -> None:
         """Adjust the drafted entries of all words together, and add the family's notes."""
 
-    def needs_ignore_merges(self, new: list[NewToken]) -> bool:
+    def needs_ignore_merges(self, new: list[Drafted]) -> bool:
         """Whether the entries rely on the BPE model's ignore_merges option."""
         return False
 
-    def rebuild_breaks(self, new: list[NewToken]) -> str | None:
+    def rebuild_breaks(self, new: list[Drafted]) -> str | None:
         """Why transformers' model-specific class (which rebuilds the tokenizer on load) would break
         the entries, so that the output must be loaded as written; None when it would not."""
         return None

@@ -8,6 +8,7 @@ from tokenizers import pre_tokenizers
 
 from ..errors import InputError
 from .base import Entry, Family, Skip
+from .pieces import FormIndex, byte_level
 from .shared import has_node, split_risks, splitting_note
 
 logger = logging.getLogger(__name__)
@@ -69,8 +70,6 @@ class ByteLevelBPE(Family):
 
     def whole(self, form: str) -> bool:
         """Whether `form` is one pre-token, so a vocabulary entry for it can be produced."""
-        from ..tokenizer import byte_level
-
         return self.ed.pretokenize(form) == [byte_level(form)]
 
     def merge_pair(self, form: str) -> tuple[str, str] | None:
@@ -86,8 +85,6 @@ class ByteLevelBPE(Family):
     def splits_word_start(self, w: str) -> bool:
         """Whether the original tokenizer has " w" as one model token, which an added token `w` would
         split (added tokens are matched in raw text before pre-tokenization)."""
-        from ..tokenizer import byte_level
-
         ids = self.ed.encode(" " + w)
         return len(ids) == 1 and ids[0] == self.ed.vocab.get(byte_level(" " + w))
 
@@ -100,14 +97,10 @@ class ByteLevelBPE(Family):
     # --- the hooks of the plan loop
 
     def prepare(self, words: list[str]) -> None:
-        from ..tokenizer import byte_level
-
         garbled_entries = [byte_level(w) for w in words if self.garbled(w) and self.whole(w)]
         self.risks = split_risks(self.ed, words, byte_level, garbled_entries)
 
     def entries(self, w: str) -> list[Entry]:
-        from ..tokenizer import byte_level
-
         out = []
         for form in (w, " " + w):
             garbled = self.garbled(form)
@@ -170,8 +163,6 @@ class ByteLevelBPE(Family):
         "Resto", "tion" and an added "tio") would be split by it, since added tokens are matched
         first: make the entry an added token too (the longer one is then matched first), until no
         entry contains one."""
-        from ..tokenizer import FormIndex, byte_level
-
         while True:
             added = {byte_level(t.form) for t in new if t.mechanism == "added"}
             if not added:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
 
-logger = logging.getLogger(__name__)
+from .pieces import BYTE_PIECE, parts_of
 
-BYTE_PIECE = re.compile(r"<0x[0-9A-Fa-f]{2}>")  # SentencePiece byte fallback
+logger = logging.getLogger(__name__)
 
 
 def has_node(node, kind: str) -> bool:
@@ -24,8 +23,6 @@ def has_node(node, kind: str) -> bool:
 def split_risks(ed, words: list[str], spell: Callable[[str], str], extra: list[str] = ()) -> dict[str, str]:
     """The new forms (" return") that are part of an existing token (or of one of `extra`), each
     with one such piece: an added token for such a form, matched anywhere, would split it."""
-    from ..tokenizer import parts_of
-
     # Byte-fallback pieces ("<0x52>") stand for one byte, not for their spelling: "52" is not inside "<0x52>".
     pieces = [p for p in ed.vocab if p not in ed.added and not BYTE_PIECE.fullmatch(p)] + list(extra)
     spelled = {spell(f): f for w in words for f in (w, " " + w)}
