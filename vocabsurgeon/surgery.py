@@ -28,6 +28,7 @@ from .checkpoint import FLOAT_DTYPES, Checkpoint, read_header, same_bytes
 from .errors import InputError, VocabSurgeonError, WriteError
 from .hub import Source, resolve_checkpoint
 from .modelcard import write_model_card
+from .wordlist import check_word_count
 from .init import DEFAULT_EPS, InitContext, NewRows, accumulate_stats, check_eps, get_strategy, kl_bound, resolve_device
 from .filenames import CONFIG_NAME, INDEX_NAME, STALE_SLOW_FILES, TOKENIZER_CONFIG, TOKENIZER_FILE
 from .tokenizer import TokenizerEditor, TokenizerPlan, verify_tokenizer
@@ -255,6 +256,7 @@ def plan_tokens(target: Target, tokens: list[str]) -> Plan:
         InputError: a tokenizer that cannot be used, or tokens that cannot be added.
     """
     ckpt, layout, options = target.ckpt, target.layout, target.options
+    check_word_count(len(tokens))  # before the tokenizer is read: a list too long to plan is refused at once
     editor = TokenizerEditor(ckpt.path)
     if editor.size > layout.rows:
         raise InputError(

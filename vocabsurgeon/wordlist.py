@@ -9,6 +9,7 @@ each of its lines would otherwise become one long token without a word of warnin
 from __future__ import annotations
 
 import json
+import logging
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -16,8 +17,21 @@ from pathlib import Path
 
 from .errors import InputError
 
+logger = logging.getLogger(__name__)
+
 MAX_TOKEN_CHARS = 256
 MAX_LISTED = 10  # problems spelled out in the one-line error; the rest are counted
+# The most words one run plans. The plan keeps a record per word (its forms, their pieces and ids,
+# the contexts it is checked in): bench/memory_bench.py measured about PLAN_BYTES_PER_WORD of peak
+# memory per word on a Llama-3-sized tokenizer (367 MB at 10,000 words, 1.35 GB at 100,000), so
+# this bound keeps a dry run near 2.5 GB; it is also more new words than Llama 3 has tokens
+# (128,256). A list past it is refused before the tokenizer is read, instead of growing until the
+# kernel kills the process (issue 21: a 100 MB file reached 23.6 GB).
+MAX_WORDS = 200_000
+PLAN_BYTES_PER_WORD = 11 * 1024
+_HEAD_BYTES = 4096  # enough to see a BOM, a NUL pattern or an opening bracket
+# A comment line that is more likely a token: '#' then a word with no space ("#include", "#hashtag").
+_HASH_TOKEN = re.compile(r"#\w\S*")
 # A CSV line: two or more comma-separated fields that are each a plain word (letters, digits and
 # ' . - _), at least one with a letter. Tokens with commas that users do add (`1,000`, `f(a,b)`,
 # `std::map<K,V>`) do not match.
@@ -73,8 +87,40 @@ def _raise(source: str, problems: list[Problem], *, line_numbers: bool) -> None:
     raise InputError(f"{source}: {len(problems)} problems, fix them all and rerun: {listed}{more}")
 
 
+def _utf16(head: bytes) -> str | None:
+    """"UTF-16 LE"/"UTF-16 BE" (or UTF-32) when the first bytes of a file say so, else None.
+
+    By the byte-order mark, or without one by the NUL pattern: text of mostly ASCII saved as UTF-16
+    has a NUL in every other byte, which UTF-8 text never has.
+    """
+    for bom, name in ((b"\xff\xfe\x00\x00", "UTF-32 LE"), (b"\x00\x00\xfe\xff", "UTF-32 BE"),
+                      (b"\xff\xfe", "UTF-16 LE"), (b"\xfe\xff", "UTF-16 BE")):
+        if head.startswith(bom):
+            return name
+    even, odd = head[0::2], head[1::2]
+    if len(head) >= 4 and head.count(0) * 4 >= len(head):
+        if odd.count(0) * 2 >= len(odd) and even.count(0) * 8 < len(even):
+            return "UTF-16 LE"
+        if even.count(0) * 2 >= len(even) and odd.count(0) * 8 < len(odd):
+            return "UTF-16 BE"
+    return None
+
+
+def check_word_count(n: int, where: str = "the tokens") -> None:
+    """Refuse more than MAX_WORDS new words before any planning (see MAX_WORDS for why)."""
+    if n > MAX_WORDS:
+        raise InputError(
+            f"{where}: {n:,} words, over the limit of {MAX_WORDS:,} words that one run can plan (the plan keeps "
+            f"every word's forms and pieces in memory, about {PLAN_BYTES_PER_WORD // 1024} KB per word); split the "
+            "list and add it in several runs, or keep the words that save the most tokens (`vocabsurgeon suggest`)"
+        )
+
+
 def read_tokens_file(path: str | Path) -> list[str]:
     """Read new tokens: UTF-8, one per line; `#` lines are comments, blank lines are ignored.
+
+    The file is streamed line by line: memory grows with the words kept, not with the file's size,
+    and a file with more than MAX_WORDS words is counted to its end (nothing kept) and refused.
 
     Args:
         path: the tokens file.
@@ -85,7 +131,8 @@ def read_tokens_file(path: str | Path) -> list[str]:
     Raises:
         InputError: one message listing every problem: invalid UTF-8, a whitespace-padded line, a
             control character, a duplicate, a token longer than MAX_TOKEN_CHARS characters, a file
-            that looks like JSON or CSV, or a file without tokens.
+            that looks like JSON or CSV, or a file without tokens; or, alone: a UTF-16 file, or more
+            than MAX_WORDS words.
 
     Example:
         >>> import tempfile, os
@@ -96,29 +143,46 @@ def read_tokens_file(path: str | Path) -> list[str]:
     """
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        with open(p, "rb") as f:
+            return _read_lines(p, f)
     except OSError as e:
         raise InputError(f"{p}: cannot read the tokens file ({e.strerror})") from None
-    if raw.startswith(b"\xef\xbb\xbf"):
-        raw = raw[3:]
-    problems: list[Problem] = []
-    lines: list[tuple[int, str]] = []
-    for no, bline in enumerate(raw.split(b"\n"), 1):
-        try:
-            lines.append((no, bline.removesuffix(b"\r").decode("utf-8")))
-        except UnicodeDecodeError as e:
-            problems.append(Problem(str(no), f"invalid UTF-8 at byte {e.start}; save the file as UTF-8"))
-    if _looks_like_json("\n".join(line for _, line in lines)):
+
+
+def _read_lines(p: Path, f) -> list[str]:
+    head = f.read(_HEAD_BYTES)
+    encoding = _utf16(head)
+    if encoding:
+        raise InputError(f"{p}: the file is {encoding}; save it as UTF-8")
+    # JSON is judged on the first bytes (the whole of a small file; a big one by its opening `["`).
+    if _looks_like_json(head.removeprefix(b"\xef\xbb\xbf").decode("utf-8", "replace")):
         raise InputError(f"{p}: looks like JSON; write one token per line (no brackets, quotes or commas)")
-    csv = [no for no, line in lines if _looks_like_csv(line)]
-    if csv:
-        raise InputError(f"{p}:{csv[0]}: looks like comma-separated values; write one token per line"
-                         + (f" ({len(csv)} such lines)" if len(csv) > 1 else ""))
+    problems: list[Problem] = []
     tokens: list[str] = []
     seen: dict[str, int] = {}
-    for no, line in lines:
-        if not line.strip() or line.startswith("#"):
-            continue  # blank line or comment
+    csv: list[int] = []
+    hashed: list[str] = []  # comment lines that look like a token ("#include")
+    counted = 0  # words past MAX_WORDS: counted, not kept
+    f.seek(0)
+    for no, bline in enumerate(f, 1):  # the file's own buffered line reader: one line in memory at a time
+        if no == 1 and bline.startswith(b"\xef\xbb\xbf"):
+            bline = bline[3:]
+        try:
+            line = bline.removesuffix(b"\n").removesuffix(b"\r").decode("utf-8")
+        except UnicodeDecodeError as e:
+            problems.append(Problem(str(no), f"invalid UTF-8 at byte {e.start}; save the file as UTF-8"))
+            continue
+        if not line.strip():
+            continue  # blank line
+        if line.startswith("#"):  # a comment
+            if _HASH_TOKEN.fullmatch(line):
+                hashed.append(line)
+            continue
+        if counted or len(tokens) >= MAX_WORDS:
+            counted += 1
+            continue
+        if _looks_like_csv(line):
+            csv.append(no)
         tok = "#" + line[2:] if line.startswith("\\#") else line
         why = token_problem(tok)
         if why is None and tok in seen:
@@ -128,11 +192,20 @@ def read_tokens_file(path: str | Path) -> list[str]:
             continue
         seen[tok] = no
         tokens.append(tok)
+    if counted:
+        check_word_count(len(tokens) + counted, str(p))
+    if csv:
+        raise InputError(f"{p}:{csv[0]}: looks like comma-separated values; write one token per line"
+                         + (f" ({len(csv)} such lines)" if len(csv) > 1 else ""))
     if problems:
-        problems.sort(key=lambda q: int(q.where))
         _raise(str(p), problems, line_numbers=True)
     if not tokens:
         raise InputError(f"{p}: no tokens in the file; write one token per line")
+    if hashed:
+        n = len(hashed)
+        logger.warning("%s: %d line%s starting with '#' read as %s (%s); write \\%s for the token", p, n,
+                       "" if n == 1 else "s", "a comment" if n == 1 else "comments",
+                       ", ".join(hashed[:3]) + (", ..." if n > 3 else ""), hashed[0])
     return tokens
 
 
@@ -159,4 +232,5 @@ def gather_tokens(tokens_file: str | Path | None, inline: list[str] | tuple[str,
         _raise("-t", problems, line_numbers=False)
     if not tokens:
         raise InputError("no tokens given; pass --tokens FILE (one token per line) or -t TOKEN")
+    check_word_count(len(tokens))
     return tokens
