@@ -287,3 +287,35 @@ def test_readme_exit_code_table_matches_errors_py():
     classes = {c.exit_code for c in vars(errors).values()
                if isinstance(c, type) and issubclass(c, errors.VocabSurgeonError)}
     assert classes <= set(table)
+
+
+def test_a_negative_seed_is_refused_as_bad_input_not_an_internal_error(gpt2_ckpt, tmp_path):
+    r = run("add", "--seed", "-1", "-t", "Frodo", gpt2_ckpt, tmp_path / "out")
+    assert r.exit_code == 2
+    assert r.stderr.splitlines()[-1] == "Error: Invalid value for '--seed': -1 is not in the range 0<=x<=18446744073709551615."
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_library_refuses_a_negative_seed_before_writing(gpt2_ckpt, tmp_path):
+    from vocabsurgeon import InputError, add_tokens
+
+    with pytest.raises(InputError, match=r"^--seed -1: a seed is an integer from 0 to 18446744073709551615$"):
+        add_tokens(gpt2_ckpt, tmp_path / "out", ["Frodo"], seed=-1)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_huge_pad_multiple_is_refused_before_planning(gpt2_ckpt, tmp_path):
+    r = run("add", "--pad-to-multiple-of", str(2**70), "--dry-run", "-t", "Frodo", gpt2_ckpt, tmp_path / "out")
+    assert r.exit_code == 2
+    assert r.stderr == (f"Error: --pad-to-multiple-of {2**70}: pass a positive integer up to 4096 (64 or 128 suit "
+                        "tensor cores)\n")
+
+
+def test_a_plot_file_matplotlib_cannot_write_is_refused_before_comparing(gpt2_ckpt, tmp_path):
+    r = run("compare", gpt2_ckpt, gpt2_ckpt, "--plot", tmp_path / "knn.txt")
+    assert r.exit_code == 2
+    assert r.stderr.startswith(f"Error: --plot {tmp_path / 'knn.txt'}: matplotlib cannot write a '.txt' file; name it "
+                               ".png (or .avif, ")
+    r = run("compare", gpt2_ckpt, gpt2_ckpt, "--plot", tmp_path / "no" / "knn.png")
+    assert r.stderr == (f"Error: --plot {tmp_path / 'no' / 'knn.png'}: the directory {tmp_path / 'no'} does not "
+                        "exist; create it first\n")

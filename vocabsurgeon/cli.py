@@ -20,7 +20,7 @@ import click
 
 from . import __version__
 from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, VocabSurgeonError
-from .init import DEFAULT_EPS, STRATEGIES
+from .init import DEFAULT_EPS, MAX_SEED, STRATEGIES
 
 STRATEGY_CHOICE = click.Choice(list(STRATEGIES))
 
@@ -116,10 +116,22 @@ def _emit(data: dict) -> None:
 
 
 def _check_plot(ctx, param, value):
-    if value:  # before any long work: a missing extra is found at once
+    """--plot: matplotlib installed, a format it writes, a directory that exists; checked before any long
+    work, so that a bad path is not found after minutes of validation."""
+    if value:
+        from .errors import InputError
         from .validate import require_plot
 
         require_plot()
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        formats = FigureCanvasBase.get_supported_filetypes()
+        suffix = Path(value).suffix.lstrip(".").lower()
+        if suffix not in formats:
+            raise InputError(f"--plot {value}: matplotlib cannot write a '.{suffix}' file; name it .png "
+                             f"(or {', '.join('.' + f for f in sorted(formats) if f != 'png')})")
+        if not Path(value).parent.is_dir():
+            raise InputError(f"--plot {value}: the directory {Path(value).parent} does not exist; create it first")
     return value
 
 
@@ -251,10 +263,11 @@ class _FitBars:
 @click.option("--init-output", type=STRATEGY_CHOICE, help="Init of the output matrix / lm_head (untied models).")
 @click.option("--eps", default=DEFAULT_EPS, show_default=True, type=float,
               help="Noise scale of mean-noise: new rows ~ N(mu, eps * Sigma).")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of every random init (deterministic output).")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, MAX_SEED),
+              help="Seed of every random init (deterministic output).")
 @click.option("--special", is_flag=True, help="Add the tokens as special tokens (skipped by decode(skip_special_tokens)).")
 @click.option("--strict", is_flag=True, help="Exit 2 before writing when any token is skipped (all or nothing).")
-@click.option("--pad-to-multiple-of", type=int,
+@click.option("--pad-to-multiple-of", type=click.IntRange(min=1),
               help="Pad the rows to a multiple of N (tensor cores); padding holds the mean row.")
 @click.option("--reuse-reserved", is_flag=True,
               help="Put new tokens on rows no token uses (padding) and on reserved placeholder tokens "
@@ -441,7 +454,7 @@ _DEVICE_OPTION = click.option("--device", default="auto", show_default=True,
 @click.option("--k", "k", default=10, show_default=True, type=int, help=_K_HELP)
 @_WHICH_OPTION
 @_DEVICE_OPTION
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=str),
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=str), callback=_check_plot,
               help="Also write a PNG histogram of the per-token scores (needs matplotlib).")
 @tensor_key_options
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
@@ -703,7 +716,7 @@ def push_command(ctx, out, repo_id, private, revision, create_pr, token, message
 @click.argument("base", type=click.Path(file_okay=False, path_type=str))
 @click.argument("new", type=click.Path(file_okay=False, path_type=str))
 @validation_options
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the sampling check.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, MAX_SEED), help="Seed of the sampling check.")
 @click.option("--device", default="auto", show_default=True,
               help="Where to run the models: auto (CUDA when present, spread with accelerate), cpu, cuda.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")

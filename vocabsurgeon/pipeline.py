@@ -32,8 +32,10 @@ class ValidationOptions:
 
     def check(self) -> ValidationOptions:
         """Raises InputError for a bad limit, device or --max-tokens, or --plot without matplotlib."""
+        from .init import check_seed
         from .validate import DEFAULT_MAX_TOKENS, check_options
 
+        check_seed(self.seed)
         check_options(thresholds=self.thresholds, device=self.device,
                       max_tokens=self.max_tokens if self.max_tokens is not None else DEFAULT_MAX_TOKENS,
                       plot=self.plot)

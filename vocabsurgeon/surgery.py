@@ -29,7 +29,8 @@ from .errors import InputError, VocabSurgeonError, WriteError
 from .hub import Source, resolve_checkpoint
 from .modelcard import write_model_card
 from .wordlist import check_word_count
-from .init import DEFAULT_EPS, InitContext, NewRows, accumulate_stats, check_eps, get_strategy, kl_bound, resolve_device
+from .init import (DEFAULT_EPS, InitContext, NewRows, accumulate_stats, check_eps, check_seed, get_strategy, kl_bound,
+                   resolve_device)
 from .filenames import CONFIG_NAME, INDEX_NAME, STALE_SLOW_FILES, TOKENIZER_CONFIG, TOKENIZER_FILE
 from .tokenizer import TokenizerEditor, TokenizerPlan, verify_tokenizer
 from .writer import (
@@ -38,6 +39,10 @@ from .writer import (
 )
 
 logger = logging.getLogger(__name__)
+
+# --pad-to-multiple-of: tensor cores want 8 to 128; a larger multiple only adds dead rows (2**70 would
+# exhaust memory planning them).
+MAX_PAD_MULTIPLE = 4096
 
 
 
@@ -221,8 +226,10 @@ def open_target(src: str | os.PathLike, options: AddOptions | None = None, *, re
     source = resolve_checkpoint(src, revision=revision, token=token)
     for s in {options.init, options.init_input, options.init_output} - {None}:
         get_strategy(s)
-    if options.pad_to_multiple_of is not None and options.pad_to_multiple_of < 1:
-        raise InputError("--pad-to-multiple-of must be a positive integer")
+    check_seed(options.seed)
+    if options.pad_to_multiple_of is not None and not 1 <= options.pad_to_multiple_of <= MAX_PAD_MULTIPLE:
+        raise InputError(f"--pad-to-multiple-of {options.pad_to_multiple_of}: pass a positive integer up to "
+                         f"{MAX_PAD_MULTIPLE} (64 or 128 suit tensor cores)")
     _refuse_remote_code(Path(source.path))
     ckpt = Checkpoint.open(source.path)
     layout = detect(ckpt, options.embedding_key, options.lm_head_key)
