@@ -77,3 +77,24 @@ def test_reuse_refused_for_unigram_vocabularies(tmp_path, monkeypatch):
     ed.model, ed.dir, ed.family = {"vocab": [["a", 0.0]]}, tmp_path, "unigram"
     with pytest.raises(InputError, match="--reuse-reserved needs a BPE or WordPiece vocabulary"):
         ed.reusable_ids(10)
+
+
+def test_a_run_that_only_reuses_rows_promises_no_kl_bound(padded, tmp_path):
+    from vocabsurgeon import AddOptions, plan_add
+
+    plan = plan_add(padded, WORDS[:3], AddOptions(reuse_reserved=True))  # 6 entries: the 6 unused rows
+    assert plan.to_dict()["rows_after"] == 608
+    text = plan.describe()
+    assert "KL bound log(1 + k/n) = 0" not in text
+    assert text.splitlines()[-1] == (
+        "mean-init KL bound: none; all 6 new rows reuse padding or reserved rows, whose old values are replaced "
+        "(log(1 + k/n) covers appended rows only; validation measures the KL)")
+
+
+def test_the_kl_bound_of_a_run_that_reuses_and_appends_covers_the_appended_rows_only(padded, tmp_path):
+    out = tmp_path / "out"
+    r = add_tokens(padded, out, WORDS, reuse_reserved=True)  # 8 rows reused, 2 appended
+    line = ("mean-init KL bound log(1 + k/n) = 0.00328 for the 2 appended rows only; the 8 reused padding or "
+            "reserved rows are not covered (validation measures the KL)")
+    assert r.plan.describe().splitlines()[-1] == line
+    assert f"| mean-init KL bound | {line} |" in (out / "README.md").read_text(encoding="utf-8")

@@ -27,7 +27,7 @@ from .architectures import VocabLayout, detect, text_config, untie
 from .checkpoint import FLOAT_DTYPES, Checkpoint, read_header, same_bytes
 from .errors import InputError, VocabSurgeonError, WriteError
 from .hub import Source, resolve_checkpoint
-from .modelcard import write_model_card
+from .modelcard import kl_bound_line, write_model_card
 from .wordlist import check_word_count
 from .init import (DEFAULT_EPS, InitContext, NewRows, accumulate_stats, check_eps, check_seed, get_strategy, kl_bound,
                    resolve_device)
@@ -150,6 +150,7 @@ class Plan:
             "input": str(self.src),
             "base": source.to_dict(),
             "architecture": lay.architecture,
+            "model_type": lay.model_type,
             "tied": lay.tied,
             "tokenizer_family": self.tokens.family,
             "tensors": {n: {"rows_before": self.rows_before, "rows_after": self.rows_after,
@@ -182,9 +183,9 @@ class Plan:
         return {"lm_head": t.name, "of": self.layout.embedding, "bytes_added": self.rows_after * t.row_bytes}
 
     def describe(self) -> str:
-        d = self.to_dict()
+        d, lay = self.to_dict(), self.layout
         lines = [
-            f"{d['architecture']} checkpoint ({'tied' if d['tied'] else 'untied'} embeddings), "
+            f"{lay.kind} checkpoint ({'tied' if d['tied'] else 'untied'} embeddings), "
             f"{d['tokenizer_family']} tokenizer",
             f"rows {d['rows_before']} -> {d['rows_after']} "
             f"({len(d['added'])} tokens, {d['padding_rows']} padding rows)",
@@ -207,7 +208,7 @@ class Plan:
         if d["untied"]:
             lines.append(f"untie: new output matrix '{d['untied']['lm_head']}' ({d['untied']['bytes_added']:,} bytes)")
         if d["added"]:
-            lines.append(f"mean-init KL bound log(1 + k/n) = {d['kl_bound']:.3g}")
+            lines.append(kl_bound_line(d))
         return "\n".join(lines)
 
 
