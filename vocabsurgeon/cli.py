@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import traceback
+import warnings
 from pathlib import Path
 
 import click
@@ -31,7 +32,8 @@ class _Group(click.Group):
     def invoke(self, ctx):
         debug = os.environ.get("VOCABSURGEON_DEBUG") not in (None, "", "0")
         try:
-            return super().invoke(ctx)
+            with _restoring_library_settings():
+                return super().invoke(ctx)
         except VocabSurgeonError as e:
             if debug:
                 traceback.print_exc()
@@ -56,6 +58,45 @@ class _Group(click.Group):
 def _setup_logging(quiet: bool, verbose: bool) -> None:
     level = logging.ERROR if quiet else (logging.DEBUG if verbose else logging.WARNING)
     logging.basicConfig(level=level, format="%(levelname)s: %(message)s", stream=sys.stderr, force=True)
+    if quiet:
+        _silence_libraries()
+
+
+# -q means only errors on stderr, but transformers logs through its own handler ("[transformers] ..."),
+# draws its own bars, and Python warnings (FutureWarning from a forward) bypass logging. Its settings
+# are read when it is imported, which happens later (lazily), hence the environment.
+_QUIET_ENV = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+
+
+def _silence_libraries() -> None:
+    warnings.simplefilter("ignore")
+    os.environ.update(_QUIET_ENV)
+    if "transformers" in sys.modules:  # already imported (a caller in the same process): tell it directly
+        from transformers.utils import logging as tf_logging
+
+        tf_logging.set_verbosity_error()
+        tf_logging.disable_progress_bar()
+
+
+@contextlib.contextmanager
+def _restoring_library_settings():
+    """Give a caller in the same process (a notebook, CliRunner) back what -q changed."""
+    env = {k: os.environ.get(k) for k in _QUIET_ENV}
+    with warnings.catch_warnings():
+        try:
+            yield
+        finally:
+            quieted = any(os.environ.get(k) != v for k, v in env.items())
+            for k, v in env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            if quieted and "transformers" in sys.modules:
+                from transformers.utils import logging as tf_logging
+
+                tf_logging.set_verbosity_warning()
+                tf_logging.enable_progress_bar()
 
 
 def _sigterm(signum, frame):  # run cleanups (staging removal) on `kill`, as on Ctrl-C
