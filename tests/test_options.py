@@ -30,7 +30,7 @@ def _bad_values(param: click.Option, tmp) -> list[str]:
     if isinstance(t, click.types.FloatParamType):
         return BAD_FLOATS
     if isinstance(t, click.Path):
-        return [str(tmp), str(tmp / "missing" / "x.txt"), ""]
+        return [str(tmp), str(tmp / "missing" / "x.txt"), str(tmp / "missing" / "x.png"), ""]
     return BAD_STRINGS
 
 

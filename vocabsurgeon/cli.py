@@ -20,7 +20,7 @@ from pathlib import Path
 import click
 
 from . import __version__
-from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, VocabSurgeonError
+from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, Interrupted, VocabSurgeonError
 from .init import DEFAULT_EPS, MAX_SEED, STRATEGIES
 
 STRATEGY_CHOICE = click.Choice(list(STRATEGIES))
@@ -37,7 +37,7 @@ class _Group(click.Group):
         except VocabSurgeonError as e:
             if debug:
                 traceback.print_exc()
-            click.echo(f"Error: {e}", err=True)
+            click.echo(str(e) if isinstance(e, Interrupted) else f"Error: {e}", err=True)
             ctx.exit(e.exit_code)
         except KeyboardInterrupt:
             click.echo("Interrupted; nothing was written.", err=True)
@@ -157,8 +157,8 @@ def _emit(data: dict) -> None:
 
 
 def _check_plot(ctx, param, value):
-    """--plot: matplotlib installed, a format it writes, a directory that exists; checked before any long
-    work, so that a bad path is not found after minutes of validation."""
+    """--plot: matplotlib installed and a format it writes; checked before any long work, so that a bad
+    name is not found after minutes of validation."""
     if value:
         from .errors import InputError
         from .validate import require_plot
@@ -171,8 +171,22 @@ def _check_plot(ctx, param, value):
         if suffix not in formats:
             raise InputError(f"--plot {value}: matplotlib cannot write a '.{suffix}' file; name it .png "
                              f"(or {', '.join('.' + f for f in sorted(formats) if f != 'png')})")
-        if not Path(value).parent.is_dir():
-            raise InputError(f"--plot {value}: the directory {Path(value).parent} does not exist; create it first")
+    return value
+
+
+def _check_plot_dir(plot: str | None, created: str | None = None) -> None:
+    """--plot's directory exists (or is `created`: add's OUT, made before the plot is drawn)."""
+    if plot and not Path(plot).parent.is_dir():
+        parent = Path(plot).parent
+        if created is None or parent.resolve() != Path(created).resolve():
+            from .errors import InputError
+
+            raise InputError(f"--plot {plot}: the directory {parent} does not exist; create it first")
+
+
+def _check_plot_here(ctx, param, value):
+    _check_plot(ctx, param, value)
+    _check_plot_dir(value)
     return value
 
 
@@ -395,6 +409,7 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
     validation_opts = _validation_options(validation, seed=seed, device=device)
     if no_validate and validation_opts.plot:
         raise InputError("--plot draws the validation's KL histogram; drop --no-validate or --plot")
+    _check_plot_dir(validation_opts.plot, created=out)
     validation_opts.check()
     _quiet_hub(ctx, as_json)
     options = AddOptions(
@@ -465,6 +480,10 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
         if as_json:
             _emit({**e.finished.to_dict(), "push": {"error": str(e)}})
         raise
+    except Interrupted as e:
+        if as_json:
+            _emit({**result.to_dict(), "interrupted": str(e)})
+        raise
     step("done", done)
     summary = done.to_dict()
     if as_json:
@@ -495,7 +514,7 @@ _DEVICE_OPTION = click.option("--device", default="auto", show_default=True,
 @click.option("--k", "k", default=10, show_default=True, type=int, help=_K_HELP)
 @_WHICH_OPTION
 @_DEVICE_OPTION
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=str), callback=_check_plot,
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=str), callback=_check_plot_here,
               help="Also write a PNG histogram of the per-token scores (needs matplotlib).")
 @tensor_key_options
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
@@ -796,22 +815,28 @@ def validate(ctx, base, new, seed, device, as_json, method, corpus, max_tokens, 
       vocabsurgeon validate openai-community/gpt2 out/gpt2-lotr --revision main
     """
     from .errors import ValidationFailed
+    from .pipeline import record_validation
     from .validate import Thresholds, check_options, summary_lines, validate_checkpoint
 
     thresholds = Thresholds(**limits)
     check_options(thresholds=thresholds, device=device, max_tokens=max_tokens, plot=plot)
+    _check_plot_dir(plot)
     _quiet_hub(ctx, as_json)
     quiet = is_quiet(ctx) or as_json
     with _validation_progress(ctx, as_json) as progress:
         report = validate_checkpoint(base, new, corpus, thresholds=thresholds, max_tokens=max_tokens, seed=seed,
                                      device=device, plot=plot, revision=revision, token=hf_token, progress=progress,
                                      method=method)
+    # An add output whose validation was interrupted gets its report and card filled in.
+    filled = record_validation(new, report, plot)
     if as_json:
         _emit(report)
     elif not is_quiet(ctx):
         click.echo("\n".join(summary_lines(report)[:-1]), err=True)
         if plot:
             click.echo(f"Wrote {plot}", err=True)
+        if filled:
+            click.echo(f"Wrote the report and the model card's validation section into {new}", err=True)
     if not report["passed"]:
         raise ValidationFailed(f"{new}: validation failed: {'; '.join(report['failures'])}", report)
     if not quiet:

@@ -144,6 +144,9 @@ def _validation_section(report: dict | None, plot_rel: str | None) -> list[str]:
     """The card's validation section: the verdict, then the rows of each check record (`checks.py`)."""
     if report is None:
         return ["## Validation", "", "Not run (`--no-validate`). Run `vocabsurgeon validate BASE THIS` to check it.", ""]
+    if report.get("interrupted"):
+        return ["## Validation", "", "Interrupted before it finished: this checkpoint is complete but not validated. "
+                "Run `vocabsurgeon validate BASE THIS` to check it; that fills in this section.", ""]
     from .checks import read_checks
 
     verdict = "**passed**" if report["passed"] else "**FAILED**: " + "; ".join(report["failures"])
