@@ -29,11 +29,11 @@ BEGIN = "<!-- memory_bench:begin -->"
 END = "<!-- memory_bench:end -->"
 
 
-def measure(src: Path, words: list[str], name: str) -> dict:
+def measure(src: Path, words: list[str], name: str, work: Path = WORK) -> dict:
     """Run the dry run on `words` in a child process; its exit status, wall seconds and peak RSS."""
     from plan_bench import dry_run_command
 
-    cmd = dry_run_command(src, words, name)
+    cmd = dry_run_command(src, words, name, work)
     tokens = Path(cmd[cmd.index("--tokens") + 1])
     t = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -111,12 +111,12 @@ def _checkpoint(path: Path) -> Path:
     return path
 
 
-def dry_run_command(src: Path, words: list[str], name: str) -> list[str]:
-    """Write `words` as the tokens file bench/work/NAME.txt; the command line of their dry run on `src`."""
-    tokens = WORK / f"{name}.txt"
+def dry_run_command(src: Path, words: list[str], name: str, work: Path = WORK) -> list[str]:
+    """Write `words` as the tokens file WORK/NAME.txt; the command line of their dry run on `src`."""
+    tokens = work / f"{name}.txt"
     tokens.write_text("\n".join(words) + "\n", encoding="utf-8")
     return [sys.executable, "-m", "vocabsurgeon", "add", "--dry-run", "--json", "-q", "--tokens", str(tokens),
-            str(src), str(WORK / "unused-out")]
+            str(src), str(work / "unused-out")]
 
 
 def time_dry_run(src: Path, words: list[str], name: str) -> dict:
