@@ -44,12 +44,15 @@ def measure(src: Path, words: list[str], name: str, work: Path = WORK) -> dict:
     p.returncode = os.waitstatus_to_exitcode(status)
     return {"words": len(words), "file_mb": round(tokens.stat().st_size / 1e6, 1), "exit": p.returncode,
             "peak_rss_mb": round(usage.ru_maxrss / 1024), "seconds": round(wall, 1),
-            "message": err.splitlines()[-1] if p.returncode else ""}
+            "message": err.splitlines()[-1].replace(f"{HERE.parent}/", "") if p.returncode else ""}
 
 
 def table(rows: list[dict], load: str) -> str:
     lines = [BEGIN, "",
-             f"Machine load while measuring: `{load}`.", "",
+             "`python bench/memory_bench.py --write`: `vocabsurgeon add --dry-run --json -q` in a child process on "
+             "a checkpoint with the 128,256-id byte-level BPE of bench.py (Llama 3 sized; 8-wide rows, so the "
+             "figure is the plan's), made-up names (bench.make_words); peak RSS is the child's ru_maxrss. "
+             f"Machine: 2 cores shared with other work, load while measuring: `{load}`.", "",
              "| words | tokens file | exit | peak RSS | wall s | note |", "|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['words']:,} | {r['file_mb']} MB | {r['exit']} | {r['peak_rss_mb']:,} MB | {r['seconds']} "
