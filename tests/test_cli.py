@@ -150,6 +150,7 @@ def test_pickle_checkpoint_is_refused_and_never_unpickled(tmp_path, tokens):
         (b"# names\nFrodo, Sam\nMerry,Pippin\n",
          "lotr.txt:2: looks like comma-separated values; write one token per line (2 such lines)"),
         (b"# only comments\n\n", "lotr.txt: no tokens in the file; write one token per line"),
+        ("Frodo\nSam\n".encode("utf-16"), "lotr.txt: the file is UTF-16 LE; save it as UTF-8"),
         (b"Frodo\n Sam\nFrodo\nMer\x07ry\nSam\xff\n",
          "lotr.txt: 4 problems, fix them all and rerun: line 2: token ' Sam' has leading or trailing whitespace; "
          "remove it (word-start forms like ' Frodo' are added automatically); line 3: token 'Frodo' duplicates "
@@ -319,3 +320,12 @@ def test_a_plot_file_matplotlib_cannot_write_is_refused_before_comparing(gpt2_ck
     r = run("compare", gpt2_ckpt, gpt2_ckpt, "--plot", tmp_path / "no" / "knn.png")
     assert r.stderr == (f"Error: --plot {tmp_path / 'no' / 'knn.png'}: the directory {tmp_path / 'no'} does not "
                         "exist; create it first\n")
+
+
+def test_a_comment_line_that_looks_like_a_token_is_named_in_a_warning(gpt2_ckpt, tmp_path):
+    p = tmp_path / "words.txt"
+    p.write_text("#include\nFrodo\n", encoding="utf-8")
+    r = run("add", "--tokens", p, "--dry-run", gpt2_ckpt, tmp_path / "out")
+    assert r.exit_code == 0
+    assert (f"WARNING: {p}: 1 line starting with '#' read as a comment (#include); write \\#include for the token"
+            in r.stderr.splitlines())
