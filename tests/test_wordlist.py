@@ -117,3 +117,20 @@ def test_a_huge_file_is_refused_without_being_held_in_memory(tmp_path, monkeypat
     finally:
         tracemalloc.stop()
     assert peak < size / 2, (peak, size)
+
+
+def test_a_huge_file_of_bad_lines_is_refused_without_holding_every_problem(tmp_path):
+    import tracemalloc
+
+    p = tmp_path / "w.txt"
+    with open(p, "w", encoding="utf-8") as f:
+        for i in range(0, 300_000, 1000):
+            f.write("".join(f" word{j}\n" for j in range(i, i + 1000)))  # every line padded: 300,000 problems
+    tracemalloc.start()
+    try:
+        with pytest.raises(InputError, match=r": 300000 problems, fix them all and rerun: line 1: .*; and 299990 more$"):
+            wl.read_tokens_file(p)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < p.stat().st_size / 2, peak

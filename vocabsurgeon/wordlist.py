@@ -78,13 +78,15 @@ def _looks_like_json(text: str) -> bool:
         return bool(re.match(r'[\[{]\s*"', body))
 
 
-def _raise(source: str, problems: list[Problem], *, line_numbers: bool) -> None:
-    if len(problems) == 1:
+def _raise(source: str, problems: list[Problem], *, line_numbers: bool, total: int | None = None) -> None:
+    """One error for every problem: the first MAX_LISTED spelled out, the rest of `total` counted."""
+    total = len(problems) if total is None else total
+    if total == 1:
         p = problems[0]
         raise InputError(f"{source}:{p.where}: {p.message}" if line_numbers else f"{p.where}: {p.message}")
     listed = "; ".join(f"{'line ' if line_numbers else ''}{p.where}: {p.message}" for p in problems[:MAX_LISTED])
-    more = f"; and {len(problems) - MAX_LISTED} more" if len(problems) > MAX_LISTED else ""
-    raise InputError(f"{source}: {len(problems)} problems, fix them all and rerun: {listed}{more}")
+    more = f"; and {total - MAX_LISTED} more" if total > MAX_LISTED else ""
+    raise InputError(f"{source}: {total} problems, fix them all and rerun: {listed}{more}")
 
 
 def _utf16(head: bytes) -> str | None:
@@ -157,12 +159,23 @@ def _read_lines(p: Path, f) -> list[str]:
     # JSON is judged on the first bytes (the whole of a small file; a big one by its opening `["`).
     if _looks_like_json(head.removeprefix(b"\xef\xbb\xbf").decode("utf-8", "replace")):
         raise InputError(f"{p}: looks like JSON; write one token per line (no brackets, quotes or commas)")
-    problems: list[Problem] = []
+    # Kept bounded whatever the file holds: the first few of each kind of finding, and counts.
+    problems: list[Problem] = []  # the first MAX_LISTED, in line order
+    n_problems = 0
     tokens: list[str] = []
     seen: dict[str, int] = {}
-    csv: list[int] = []
-    hashed: list[str] = []  # comment lines that look like a token ("#include")
+    csv: list[int] = []  # the first CSV-looking line
+    n_csv = 0
+    hashed: list[str] = []  # the first comment lines that look like a token ("#include")
+    n_hashed = 0
     counted = 0  # words past MAX_WORDS: counted, not kept
+
+    def problem(no: int, why: str) -> None:
+        nonlocal n_problems
+        n_problems += 1
+        if len(problems) < MAX_LISTED:
+            problems.append(Problem(str(no), why))
+
     f.seek(0)
     for no, bline in enumerate(f, 1):  # the file's own buffered line reader: one line in memory at a time
         if no == 1 and bline.startswith(b"\xef\xbb\xbf"):
@@ -170,25 +183,27 @@ def _read_lines(p: Path, f) -> list[str]:
         try:
             line = bline.removesuffix(b"\n").removesuffix(b"\r").decode("utf-8")
         except UnicodeDecodeError as e:
-            problems.append(Problem(str(no), f"invalid UTF-8 at byte {e.start}; save the file as UTF-8"))
+            problem(no, f"invalid UTF-8 at byte {e.start}; save the file as UTF-8")
             continue
         if not line.strip():
             continue  # blank line
         if line.startswith("#"):  # a comment
             if _HASH_TOKEN.fullmatch(line):
-                hashed.append(line)
+                n_hashed += 1
+                hashed += [line] if len(hashed) < 3 else []
             continue
         if counted or len(tokens) >= MAX_WORDS:
             counted += 1
             continue
         if _looks_like_csv(line):
-            csv.append(no)
+            n_csv += 1
+            csv += [no] if not csv else []
         tok = "#" + line[2:] if line.startswith("\\#") else line
         why = token_problem(tok)
         if why is None and tok in seen:
             why = f"token {tok!r} duplicates line {seen[tok]}; remove one of them"
         if why:
-            problems.append(Problem(str(no), why))
+            problem(no, why)
             continue
         seen[tok] = no
         tokens.append(tok)
@@ -196,16 +211,16 @@ def _read_lines(p: Path, f) -> list[str]:
         check_word_count(len(tokens) + counted, str(p))
     if csv:
         raise InputError(f"{p}:{csv[0]}: looks like comma-separated values; write one token per line"
-                         + (f" ({len(csv)} such lines)" if len(csv) > 1 else ""))
+                         + (f" ({n_csv} such lines)" if n_csv > 1 else ""))
     if problems:
-        _raise(str(p), problems, line_numbers=True)
+        _raise(str(p), problems, line_numbers=True, total=n_problems)
     if not tokens:
         raise InputError(f"{p}: no tokens in the file; write one token per line")
     if hashed:
-        n = len(hashed)
+        n = n_hashed
         logger.warning("%s: %d line%s starting with '#' read as %s (%s); write \\%s for the token", p, n,
                        "" if n == 1 else "s", "a comment" if n == 1 else "comments",
-                       ", ".join(hashed[:3]) + (", ..." if n > 3 else ""), hashed[0])
+                       ", ".join(hashed) + (", ..." if n > len(hashed) else ""), hashed[0])
     return tokens
 
 
