@@ -101,36 +101,33 @@ def test_inline_tokens_count_toward_the_word_limit(tmp_path, monkeypatch):
 
 
 def test_a_huge_file_is_refused_without_being_held_in_memory(tmp_path, monkeypatch):
-    import tracemalloc
-
     monkeypatch.setattr(wl, "MAX_WORDS", 1000)
     p = tmp_path / "w.txt"
     with open(p, "w", encoding="utf-8") as f:
         for i in range(0, 400_000, 1000):
             f.write("".join(f"word{j}\n" for j in range(i, i + 1000)))
     size = p.stat().st_size  # ~4.3 MB; read at once and split, it would take several times that
-    tracemalloc.start()
-    try:
-        with pytest.raises(InputError, match=r": 400,000 words, over the limit of 1,000 words"):
-            wl.read_tokens_file(p)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    peak = _peak_memory_of_refusal(p, r": 400,000 words, over the limit of 1,000 words")
     assert peak < size / 2, (peak, size)
 
 
 def test_a_huge_file_of_bad_lines_is_refused_without_holding_every_problem(tmp_path):
-    import tracemalloc
-
     p = tmp_path / "w.txt"
     with open(p, "w", encoding="utf-8") as f:
         for i in range(0, 300_000, 1000):
             f.write("".join(f" word{j}\n" for j in range(i, i + 1000)))  # every line padded: 300,000 problems
+    peak = _peak_memory_of_refusal(p, r": 300000 problems, fix them all and rerun: line 1: .*; and 299990 more$")
+    assert peak < p.stat().st_size / 2, peak
+
+
+def _peak_memory_of_refusal(path, message: str) -> int:
+    """Peak Python memory while `read_tokens_file(path)` refuses the file with `message`."""
+    import tracemalloc
+
     tracemalloc.start()
     try:
-        with pytest.raises(InputError, match=r": 300000 problems, fix them all and rerun: line 1: .*; and 299990 more$"):
-            wl.read_tokens_file(p)
-        peak = tracemalloc.get_traced_memory()[1]
+        with pytest.raises(InputError, match=message):
+            wl.read_tokens_file(path)
+        return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert peak < p.stat().st_size / 2, peak
