@@ -72,6 +72,7 @@ def _base_args(command: str, src, out, corpus, tmp) -> list[str]:
 
 @pytest.mark.parametrize("command,opt", list(_cases()))
 def test_an_out_of_range_option_value_never_gives_an_internal_error(command, opt, written, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # whatever a value makes a command write lands here, not in the repo
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # push and --revision must fail here, not reach the network
     monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
     src, out, corpus = written
