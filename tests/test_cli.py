@@ -329,3 +329,10 @@ def test_a_comment_line_that_looks_like_a_token_is_named_in_a_warning(gpt2_ckpt,
     assert r.exit_code == 0
     assert (f"WARNING: {p}: 1 line starting with '#' read as a comment (#include); write \\#include for the token"
             in r.stderr.splitlines())
+
+
+def test_an_empty_plot_name_is_refused_not_written_as_dot_png(gpt2_ckpt, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = run("validate", "--plot", "", gpt2_ckpt, gpt2_ckpt)
+    assert r.exit_code == 2 and r.stderr == "Error: --plot needs a file name, e.g. --plot kl.png\n"
+    assert not (tmp_path / ".png").exists()

@@ -159,10 +159,12 @@ def _emit(data: dict) -> None:
 def _check_plot(ctx, param, value):
     """--plot: matplotlib installed and a format it writes; checked before any long work, so that a bad
     name is not found after minutes of validation."""
-    if value:
+    if value is not None:
         from .errors import InputError
         from .validate import require_plot
 
+        if not value:  # matplotlib would write a file named ".png" in the current directory
+            raise InputError("--plot needs a file name, e.g. --plot kl.png")
         require_plot()
         from matplotlib.backend_bases import FigureCanvasBase
 
