@@ -164,7 +164,7 @@ def finish_add(result, validation: ValidationOptions | None = DEFAULT_VALIDATION
         try:
             done.report = validate_output(result, validation, progress)
         except KeyboardInterrupt:  # the output is complete: say so, in the card, the report and the message
-            record_interrupted_validation(result, plot=validation.plot)
+            record_interrupted_validation(result)
             base = result.to_dict()["input"]
             raise Interrupted(
                 f"Interrupted during validation: {result.out} is written and complete but not validated (its model "
@@ -185,7 +185,7 @@ def finish_add(result, validation: ValidationOptions | None = DEFAULT_VALIDATION
     return done
 
 
-def record_interrupted_validation(result, plot=None) -> None:
+def record_interrupted_validation(result) -> None:
     """The card and report of an output whose validation was interrupted: they say so, and the report
     keeps the add summary so that a later `vocabsurgeon validate` can fill both in (`record_validation`)."""
     from .modelcard import write_model_card
