@@ -111,11 +111,16 @@ def _checkpoint(path: Path) -> Path:
     return path
 
 
-def time_dry_run(src: Path, words: list[str], name: str) -> dict:
-    tokens = WORK / f"{name}.txt"
+def dry_run_command(src: Path, words: list[str], name: str, work: Path = WORK) -> list[str]:
+    """Write `words` as the tokens file WORK/NAME.txt; the command line of their dry run on `src`."""
+    tokens = work / f"{name}.txt"
     tokens.write_text("\n".join(words) + "\n", encoding="utf-8")
-    cmd = [sys.executable, "-m", "vocabsurgeon", "add", "--dry-run", "--json", "-q", "--tokens", str(tokens),
-           str(src), str(WORK / "unused-out")]
+    return [sys.executable, "-m", "vocabsurgeon", "add", "--dry-run", "--json", "-q", "--tokens", str(tokens),
+            str(src), str(work / "unused-out")]
+
+
+def time_dry_run(src: Path, words: list[str], name: str) -> dict:
+    cmd = dry_run_command(src, words, name)
     t = time.perf_counter()
     r = subprocess.run(cmd, check=False, capture_output=True, text=True)
     wall = time.perf_counter() - t

@@ -150,6 +150,7 @@ def test_pickle_checkpoint_is_refused_and_never_unpickled(tmp_path, tokens):
         (b"# names\nFrodo, Sam\nMerry,Pippin\n",
          "lotr.txt:2: looks like comma-separated values; write one token per line (2 such lines)"),
         (b"# only comments\n\n", "lotr.txt: no tokens in the file; write one token per line"),
+        ("Frodo\nSam\n".encode("utf-16"), "lotr.txt: the file is UTF-16 LE; save it as UTF-8"),
         (b"Frodo\n Sam\nFrodo\nMer\x07ry\nSam\xff\n",
          "lotr.txt: 4 problems, fix them all and rerun: line 2: token ' Sam' has leading or trailing whitespace; "
          "remove it (word-start forms like ' Frodo' are added automatically); line 3: token 'Frodo' duplicates "
@@ -287,3 +288,51 @@ def test_readme_exit_code_table_matches_errors_py():
     classes = {c.exit_code for c in vars(errors).values()
                if isinstance(c, type) and issubclass(c, errors.VocabSurgeonError)}
     assert classes <= set(table)
+
+
+def test_a_negative_seed_is_refused_as_bad_input_not_an_internal_error(gpt2_ckpt, tmp_path):
+    r = run("add", "--seed", "-1", "-t", "Frodo", gpt2_ckpt, tmp_path / "out")
+    assert r.exit_code == 2
+    assert r.stderr.splitlines()[-1] == "Error: Invalid value for '--seed': -1 is not in the range 0<=x<=18446744073709551615."
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_library_refuses_a_negative_seed_before_writing(gpt2_ckpt, tmp_path):
+    from vocabsurgeon import InputError, add_tokens
+
+    with pytest.raises(InputError, match=r"^--seed -1: a seed is an integer from 0 to 18446744073709551615$"):
+        add_tokens(gpt2_ckpt, tmp_path / "out", ["Frodo"], seed=-1)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_huge_pad_multiple_is_refused_before_planning(gpt2_ckpt, tmp_path):
+    r = run("add", "--pad-to-multiple-of", str(2**70), "--dry-run", "-t", "Frodo", gpt2_ckpt, tmp_path / "out")
+    assert r.exit_code == 2
+    assert r.stderr == (f"Error: --pad-to-multiple-of {2**70}: pass a positive integer up to 4096 (64 or 128 suit "
+                        "tensor cores)\n")
+
+
+def test_a_plot_file_matplotlib_cannot_write_is_refused_before_comparing(gpt2_ckpt, tmp_path):
+    r = run("compare", gpt2_ckpt, gpt2_ckpt, "--plot", tmp_path / "knn.txt")
+    assert r.exit_code == 2
+    assert r.stderr.startswith(f"Error: --plot {tmp_path / 'knn.txt'}: matplotlib cannot write a '.txt' file; name it "
+                               ".png (or .avif, ")
+    r = run("compare", gpt2_ckpt, gpt2_ckpt, "--plot", tmp_path / "no" / "knn.png")
+    assert r.stderr == (f"Error: --plot {tmp_path / 'no' / 'knn.png'}: the directory {tmp_path / 'no'} does not "
+                        "exist; create it first\n")
+
+
+def test_a_comment_line_that_looks_like_a_token_is_named_in_a_warning(gpt2_ckpt, tmp_path):
+    p = tmp_path / "words.txt"
+    p.write_text("#include\nFrodo\n", encoding="utf-8")
+    r = run("add", "--tokens", p, "--dry-run", gpt2_ckpt, tmp_path / "out")
+    assert r.exit_code == 0
+    assert (f"WARNING: {p}: 1 line starting with '#' read as a comment (#include); write \\#include for the token"
+            in r.stderr.splitlines())
+
+
+def test_an_empty_plot_name_is_refused_not_written_as_dot_png(gpt2_ckpt, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = run("validate", "--plot", "", gpt2_ckpt, gpt2_ckpt)
+    assert r.exit_code == 2 and r.stderr == "Error: --plot needs a file name, e.g. --plot kl.png\n"
+    assert not (tmp_path / ".png").exists()

@@ -152,3 +152,16 @@ def test_inspect_states_the_xavier_ratio_and_flags_rows_far_outside_the_others(g
     assert lines[3] == ("WARNING: transformer.wte.weight: 1 row(s) with a norm over 10x the 99th percentile of the "
                         "others: ids 601")
     assert not any("row(s) with a norm over" in x for x in run("inspect", gpt2_ckpt, *FAST).stdout.splitlines())
+
+
+def test_inspect_names_a_qwen3_checkpoint_qwen3_not_qwen2(llama_ckpt):
+    # Qwen3 keeps its vocabulary tensors where Qwen2 does (one row of the architecture table), but a
+    # user reading "qwen2" about a Qwen3 checkpoint would think the wrong model was read.
+    from vocabsurgeon.inspect import describe, inspect_checkpoint
+
+    cfg = json.loads((llama_ckpt / "config.json").read_text())
+    cfg.update(model_type="qwen3", architectures=["Qwen3ForCausalLM"])
+    (llama_ckpt / "config.json").write_text(json.dumps(cfg))
+    report = inspect_checkpoint(llama_ckpt, run_model=False)
+    assert report["architecture"] == "qwen2" and report["model_type"] == "qwen3"
+    assert describe(report)[0].startswith(f"{llama_ckpt}: qwen3 (qwen2 layout), untied embeddings, ")

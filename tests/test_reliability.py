@@ -306,3 +306,54 @@ def test_an_interrupt_swallowed_by_a_library_still_stops_the_wait_for_the_copy()
         assert time.monotonic() - t0 < 5
     release.set()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is restored
+
+
+def test_ctrl_c_during_validation_says_the_output_is_written_and_validate_fills_it_in(gpt2_ckpt, tmp_path,
+                                                                                       monkeypatch):
+    import vocabsurgeon.validate as validate
+
+    out = tmp_path / "out"
+    real = validate.validate_added
+
+    def interrupted(*a, **k):  # Ctrl-C while the models run: the output is already in place
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(validate, "validate_added", interrupted)
+    r = CliRunner().invoke(cli, ["add", "--max-tokens", "64", "-t", "Frodo", str(gpt2_ckpt), str(out)])
+    assert r.exit_code == 130
+    assert r.stderr.splitlines()[-1] == (
+        f"Interrupted during validation: {out} is written and complete but not validated (its model card and "
+        f"vocabsurgeon_report.json say so); run `vocabsurgeon validate {gpt2_ckpt} {out}` to check it and fill them in")
+    assert "nothing was written" not in r.stderr
+    check_surgery(gpt2_ckpt, out, 2)  # the output is complete
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert "Interrupted before it finished: this checkpoint is complete but not validated." in card
+    assert "--no-validate" not in card
+    pending = json.loads((out / "vocabsurgeon_report.json").read_text())
+    assert pending["interrupted"] is True and pending["passed"] is None
+
+    monkeypatch.setattr(validate, "validate_added", real)
+    r = CliRunner().invoke(cli, ["validate", "--max-tokens", "64", str(gpt2_ckpt), str(out)])
+    assert r.exit_code == 0, r.output
+    assert f"Wrote the report and the model card's validation section into {out}" in r.stderr
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert "Validation **passed**" in card and "Interrupted" not in card
+    report = json.loads((out / "vocabsurgeon_report.json").read_text())
+    assert report["passed"] is True and "interrupted" not in report
+    assert report["init"] == {"input": "mean", "output": "mean", "bias": "mean", "eps": 1e-05}
+
+
+def test_ctrl_c_during_the_push_says_what_is_done(gpt2_ckpt, tmp_path, monkeypatch):
+    import vocabsurgeon.hub as hub
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(hub, "push", interrupted)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(cli, ["add", "--no-validate", "--push-to", "me/lotr", "-t", "Frodo", str(gpt2_ckpt), str(out)])
+    assert r.exit_code == 130
+    assert r.stderr.splitlines()[-1] == (
+        f"Interrupted during the push: {out} is written; a Hub commit is all or nothing, so me/lotr is as it was. "
+        f"Retry with `vocabsurgeon push {out} me/lotr`")
+    check_surgery(gpt2_ckpt, out, 2)

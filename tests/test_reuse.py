@@ -96,3 +96,24 @@ def test_reused_rows_alone_are_validated_by_add_and_by_validate(padded, tmp_path
     standalone = validate_checkpoint(padded, out, max_tokens=256)  # `vocabsurgeon validate BASE OUT`: ids from the files
     assert standalone["passed"], standalone["failures"]
     assert standalone["vocab"]["new_tokens"] == 4 and standalone["tokenization"]["new_words"] == 2
+
+
+def test_a_run_that_only_reuses_rows_promises_no_kl_bound(padded, tmp_path):
+    from vocabsurgeon import AddOptions, plan_add
+
+    plan = plan_add(padded, WORDS[:3], AddOptions(reuse_reserved=True))  # 6 entries: the 6 unused rows
+    assert plan.to_dict()["rows_after"] == 608
+    text = plan.describe()
+    assert "KL bound log(1 + k/n) = 0" not in text
+    assert text.splitlines()[-1] == (
+        "mean-init KL bound: none; all 6 new rows reuse padding or reserved rows, whose old values are replaced "
+        "(log(1 + k/n) covers appended rows only; validation measures the KL)")
+
+
+def test_the_kl_bound_of_a_run_that_reuses_and_appends_covers_the_appended_rows_only(padded, tmp_path):
+    out = tmp_path / "out"
+    r = add_tokens(padded, out, WORDS, reuse_reserved=True)  # 8 rows reused, 2 appended
+    line = ("mean-init KL bound log(1 + k/n) = 0.00328 for the 2 appended rows only; the 8 reused padding or "
+            "reserved rows are not covered (validation measures the KL)")
+    assert r.plan.describe().splitlines()[-1] == line
+    assert f"| mean-init KL bound | {line} |" in (out / "README.md").read_text(encoding="utf-8")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -125,3 +127,26 @@ def test_progress_attached_late_still_counts_every_byte(llama_ckpt, tmp_path):
     rewritten = sum(t.nbytes for t in out.tensors.values() if t.file in plan.rewrite)  # old bytes + new rows
     assert plan.copy and plan.rewrite
     assert sum(seen) == copied + rewritten
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_every_output_file_gets_the_umask_mode_whatever_the_input_modes(llama_ckpt, tmp_path, umask):
+    for i, f in enumerate(sorted(llama_ckpt.iterdir())):  # a private download: some files 0600, some 0640
+        f.chmod(0o600 if i % 2 else 0o640)
+    old = os.umask(umask)
+    try:
+        r = add_tokens(llama_ckpt, tmp_path / "out", ["Frodo"])
+    finally:
+        os.umask(old)
+    d = r.to_dict()
+    assert d["files_copied"] and d["files_rewritten"], "both kinds of shard are in the output"
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "out").iterdir()}
+    assert modes == dict.fromkeys(modes, 0o666 & ~umask)
+
+
+def test_hard_links_are_the_input_files_mode_included(llama_ckpt, tmp_path):
+    for f in llama_ckpt.glob("*.safetensors"):
+        f.chmod(0o600)
+    r = add_tokens(llama_ckpt, tmp_path / "out", ["Frodo"], link=True)
+    for f in r.to_dict()["files_copied"]:
+        assert stat.S_IMODE((tmp_path / "out" / f).stat().st_mode) == 0o600

@@ -81,6 +81,15 @@ class VocabLayout:
     biases: list[str] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)
     vocab_keys: list[tuple[str, ...]] = field(default_factory=list)  # config paths of vocab_size
+    model_type: str | None = None  # config.json's own name (qwen3), which the table may file under another (qwen2)
+
+    @property
+    def kind(self) -> str:
+        """What to call the model: its model_type, with the table's family when that differs ("qwen3 (qwen2
+        layout)"): a Qwen3 user reading "qwen2" would think the wrong model was read."""
+        if not self.model_type or self.model_type == self.architecture:
+            return self.architecture
+        return f"{self.model_type} ({self.architecture} layout)"
 
     @property
     def matrices(self) -> list[str]:
@@ -204,7 +213,8 @@ def detect(ckpt: Checkpoint, embedding_key: str | None = None, lm_head_key: str 
             )
             tied = False
     keys = _vocab_keys(config, arch.vocab_keys if arch else ("vocab_size",), rows)
-    return VocabLayout(name, embedding, lm_head, tied, rows, aliases, biases, extra, keys)
+    return VocabLayout(name, embedding, lm_head, tied, rows, aliases, biases, extra, keys,
+                       model_type=config.get("model_type") or model_type)  # gemma3, not its gemma3_text
 
 
 def _same_values(ckpt: Checkpoint, a: str, b: str) -> bool:

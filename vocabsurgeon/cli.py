@@ -14,13 +14,14 @@ import os
 import signal
 import sys
 import traceback
+import warnings
 from pathlib import Path
 
 import click
 
 from ._version import __version__
-from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, VocabSurgeonError
-from .init import DEFAULT_EPS, STRATEGIES
+from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, Interrupted, VocabSurgeonError
+from .init import DEFAULT_EPS, MAX_SEED, STRATEGIES
 
 STRATEGY_CHOICE = click.Choice(list(STRATEGIES))
 
@@ -31,11 +32,12 @@ class _Group(click.Group):
     def invoke(self, ctx):
         debug = os.environ.get("VOCABSURGEON_DEBUG") not in (None, "", "0")
         try:
-            return super().invoke(ctx)
+            with _restoring_library_settings():
+                return super().invoke(ctx)
         except VocabSurgeonError as e:
             if debug:
                 traceback.print_exc()
-            click.echo(f"Error: {e}", err=True)
+            click.echo(str(e) if isinstance(e, Interrupted) else f"Error: {e}", err=True)
             ctx.exit(e.exit_code)
         except KeyboardInterrupt:
             click.echo("Interrupted; nothing was written.", err=True)
@@ -56,6 +58,45 @@ class _Group(click.Group):
 def _setup_logging(quiet: bool, verbose: bool) -> None:
     level = logging.ERROR if quiet else (logging.DEBUG if verbose else logging.WARNING)
     logging.basicConfig(level=level, format="%(levelname)s: %(message)s", stream=sys.stderr, force=True)
+    if quiet:
+        _silence_libraries()
+
+
+# -q means only errors on stderr, but transformers logs through its own handler ("[transformers] ..."),
+# draws its own bars, and Python warnings (FutureWarning from a forward) bypass logging. Its settings
+# are read when it is imported, which happens later (lazily), hence the environment.
+_QUIET_ENV = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+
+
+def _silence_libraries() -> None:
+    warnings.simplefilter("ignore")
+    os.environ.update(_QUIET_ENV)
+    if "transformers" in sys.modules:  # already imported (a caller in the same process): tell it directly
+        from transformers.utils import logging as tf_logging
+
+        tf_logging.set_verbosity_error()
+        tf_logging.disable_progress_bar()
+
+
+@contextlib.contextmanager
+def _restoring_library_settings():
+    """Give a caller in the same process (a notebook, CliRunner) back what -q changed."""
+    env = {k: os.environ.get(k) for k in _QUIET_ENV}
+    with warnings.catch_warnings():
+        try:
+            yield
+        finally:
+            quieted = any(os.environ.get(k) != v for k, v in env.items())
+            for k, v in env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            if quieted and "transformers" in sys.modules:
+                from transformers.utils import logging as tf_logging
+
+                tf_logging.set_verbosity_warning()
+                tf_logging.enable_progress_bar()
 
 
 def _sigterm(signum, frame):  # run cleanups (staging removal) on `kill`, as on Ctrl-C
@@ -116,10 +157,38 @@ def _emit(data: dict) -> None:
 
 
 def _check_plot(ctx, param, value):
-    if value:  # before any long work: a missing extra is found at once
+    """--plot: matplotlib installed and a format it writes; checked before any long work, so that a bad
+    name is not found after minutes of validation."""
+    if value is not None:
+        from .errors import InputError
         from .plot import require_plot
 
+        if not value:  # matplotlib would write a file named ".png" in the current directory
+            raise InputError("--plot needs a file name, e.g. --plot kl.png")
         require_plot()
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        formats = FigureCanvasBase.get_supported_filetypes()
+        suffix = Path(value).suffix.lstrip(".").lower()
+        if suffix not in formats:
+            raise InputError(f"--plot {value}: matplotlib cannot write a '.{suffix}' file; name it .png "
+                             f"(or {', '.join('.' + f for f in sorted(formats) if f != 'png')})")
+    return value
+
+
+def _check_plot_dir(plot: str | None, created: str | None = None) -> None:
+    """--plot's directory exists (or is `created`: add's OUT, made before the plot is drawn)."""
+    if plot and not Path(plot).parent.is_dir():
+        parent = Path(plot).parent
+        if created is None or parent.resolve() != Path(created).resolve():
+            from .errors import InputError
+
+            raise InputError(f"--plot {plot}: the directory {parent} does not exist; create it first")
+
+
+def _check_plot_here(ctx, param, value):
+    _check_plot(ctx, param, value)
+    _check_plot_dir(value)
     return value
 
 
@@ -251,10 +320,11 @@ class _FitBars:
 @click.option("--init-output", type=STRATEGY_CHOICE, help="Init of the output matrix / lm_head (untied models).")
 @click.option("--eps", default=DEFAULT_EPS, show_default=True, type=float,
               help="Noise scale of mean-noise: new rows ~ N(mu, eps * Sigma).")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of every random init (deterministic output).")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, MAX_SEED),
+              help="Seed of every random init (deterministic output).")
 @click.option("--special", is_flag=True, help="Add the tokens as special tokens (skipped by decode(skip_special_tokens)).")
 @click.option("--strict", is_flag=True, help="Exit 2 before writing when any token is skipped (all or nothing).")
-@click.option("--pad-to-multiple-of", type=int,
+@click.option("--pad-to-multiple-of", type=click.IntRange(min=1),
               help="Pad the rows to a multiple of N (tensor cores); padding holds the mean row.")
 @click.option("--reuse-reserved", is_flag=True,
               help="Put new tokens on rows no token uses (padding) and on reserved placeholder tokens "
@@ -341,6 +411,7 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
     validation_opts = _validation_options(validation, seed=seed, device=device)
     if no_validate and validation_opts.plot:
         raise InputError("--plot draws the validation's KL histogram; drop --no-validate or --plot")
+    _check_plot_dir(validation_opts.plot, created=out)
     validation_opts.check()
     _quiet_hub(ctx, as_json)
     options = AddOptions(
@@ -411,6 +482,10 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
         if as_json:
             _emit({**e.finished.to_dict(), "push": {"error": str(e)}})
         raise
+    except Interrupted as e:
+        if as_json:
+            _emit({**result.to_dict(), "interrupted": str(e)})
+        raise
     step("done", done)
     summary = done.to_dict()
     if as_json:
@@ -441,7 +516,7 @@ _DEVICE_OPTION = click.option("--device", default="auto", show_default=True,
 @click.option("--k", "k", default=10, show_default=True, type=int, help=_K_HELP)
 @_WHICH_OPTION
 @_DEVICE_OPTION
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=str),
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=str), callback=_check_plot_here,
               help="Also write a PNG histogram of the per-token scores (needs matplotlib).")
 @tensor_key_options
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
@@ -703,7 +778,7 @@ def push_command(ctx, out, repo_id, private, revision, create_pr, token, message
 @click.argument("base", type=click.Path(file_okay=False, path_type=str))
 @click.argument("new", type=click.Path(file_okay=False, path_type=str))
 @validation_options
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the sampling check.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, MAX_SEED), help="Seed of the sampling check.")
 @click.option("--device", default="auto", show_default=True,
               help="Where to run the models: auto (CUDA when present, spread with accelerate), cpu, cuda.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
@@ -742,22 +817,28 @@ def validate(ctx, base, new, seed, device, as_json, method, corpus, max_tokens, 
       vocabsurgeon validate openai-community/gpt2 out/gpt2-lotr --revision main
     """
     from .errors import ValidationFailed
+    from .pipeline import record_validation
     from .validate import Thresholds, check_options, summary_lines, validate_checkpoint
 
     thresholds = Thresholds(**limits)
     check_options(thresholds=thresholds, device=device, max_tokens=max_tokens, plot=plot)
+    _check_plot_dir(plot)
     _quiet_hub(ctx, as_json)
     quiet = is_quiet(ctx) or as_json
     with _validation_progress(ctx, as_json) as progress:
         report = validate_checkpoint(base, new, corpus, thresholds=thresholds, max_tokens=max_tokens, seed=seed,
                                      device=device, plot=plot, revision=revision, token=hf_token, progress=progress,
                                      method=method)
+    # An add output whose validation was interrupted gets its report and card filled in.
+    filled = record_validation(new, report, plot)
     if as_json:
         _emit(report)
     elif not is_quiet(ctx):
         click.echo("\n".join(summary_lines(report)[:-1]), err=True)
         if plot:
             click.echo(f"Wrote {plot}", err=True)
+        if filled:
+            click.echo(f"Wrote the report and the model card's validation section into {new}", err=True)
     if not report["passed"]:
         raise ValidationFailed(f"{new}: validation failed: {'; '.join(report['failures'])}", report)
     if not quiet:

@@ -52,10 +52,16 @@ class WriteError(VocabSurgeonError):
     exit_code = 5
 
 
+class Interrupted(VocabSurgeonError):
+    """Ctrl-C (or SIGTERM) after the output was written: the message says what is done and what is not."""
+
+    exit_code = 130
+
+
 EXIT_OK = 0
 EXIT_INTERNAL = 1
 EXIT_BAD_INPUT = InputError.exit_code
 EXIT_VALIDATION = ValidationFailed.exit_code
 EXIT_PUSH = PushError.exit_code
 EXIT_WRITE = WriteError.exit_code
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = Interrupted.exit_code

@@ -23,6 +23,20 @@ from .errors import InputError
 logger = logging.getLogger(__name__)
 
 DEFAULT_EPS = 1e-5  # Hewitt's choice: N(mu, 1e-5 * Sigma) keeps new rows close to the mean
+# Seeds are used by numpy (default_rng: any integer >= 0) and torch (Generator.manual_seed: at most
+# 2**64 - 1); this is the range both take.
+MAX_SEED = 2**64 - 1
+
+
+def check_seed(seed: int) -> int:
+    """Refuse a seed that numpy or torch would refuse later, after the output was written.
+
+    Raises:
+        InputError: the seed is negative or larger than MAX_SEED.
+    """
+    if not (isinstance(seed, int) and 0 <= seed <= MAX_SEED):
+        raise InputError(f"--seed {seed}: a seed is an integer from 0 to {MAX_SEED}")
+    return seed
 
 
 def check_eps(eps: float) -> float:

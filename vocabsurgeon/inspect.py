@@ -191,6 +191,8 @@ def inspect_checkpoint(path: str | os.PathLike, corpus: str | os.PathLike | None
         "path": source.name,
         "source": source.to_dict(),
         "architecture": lay.architecture,
+        "model_type": lay.model_type,
+        "kind": lay.kind,
         "tied": lay.tied,
         "dtype": ckpt.tensors[lay.embedding].dtype,
         "embedding": lay.embedding,
@@ -215,7 +217,7 @@ def describe(report: dict) -> list[str]:
     src = r.get("source") or {}
     where = Source(r["path"], src.get("repo_id"), src.get("revision"), src.get("commit")).describe()
     lines = [
-        f"{where}: {r['architecture']}, {'tied' if r['tied'] else 'untied'} embeddings, {r['dtype']}",
+        f"{where}: {r.get('kind', r['architecture'])}, {'tied' if r['tied'] else 'untied'} embeddings, {r['dtype']}",
         f"rows {r['rows']}, tokenizer {r['tokenizer_size']}, config vocab_size {r['config_vocab_size']}"
         + (f" ({r['padding_rows']} padding/reserved rows past the tokenizer)" if r["padding_rows"] > 0 else ""),
     ]

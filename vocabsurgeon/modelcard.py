@@ -120,10 +120,33 @@ def public_base_name(summary: dict) -> str:
     return (summary.get("base") or {}).get("repo_id") or _local_name(summary.get("input"))
 
 
+def kl_bound_line(summary: dict) -> str:
+    """The mean-init KL bound of an add summary, in words that stay true when rows are reused.
+
+    log(1 + k/n) bounds the KL of k rows *appended* with the mean. A reused row (padding or a
+    reserved token, `--reuse-reserved`) was already in the softmax with its old values, which are
+    replaced: the bound does not cover it, and printing "= 0" for a run that only reused rows would
+    promise an unchanged model. Validation measures the KL in every case.
+    """
+    reused = len(summary.get("reused_rows") or [])
+    k = summary.get("rows_after", 0) - summary.get("rows_before", 0)
+    bound = f"{summary.get('kl_bound', 0.0):.3g}"
+    if not reused:
+        return f"mean-init KL bound log(1 + k/n) = {bound}"
+    if not k:
+        return (f"mean-init KL bound: none; all {reused} new rows reuse padding or reserved rows, whose old values "
+                "are replaced (log(1 + k/n) covers appended rows only; validation measures the KL)")
+    return (f"mean-init KL bound log(1 + k/n) = {bound} for the {k} appended rows only; the {reused} reused padding "
+            "or reserved rows are not covered (validation measures the KL)")
+
+
 def _validation_section(report: dict | None, plot_rel: str | None) -> list[str]:
     """The card's validation section: the verdict, then the rows of each check record (`checks.py`)."""
     if report is None:
         return ["## Validation", "", "Not run (`--no-validate`). Run `vocabsurgeon validate BASE THIS` to check it.", ""]
+    if report.get("interrupted"):
+        return ["## Validation", "", "Interrupted before it finished: this checkpoint is complete but not validated. "
+                "Run `vocabsurgeon validate BASE THIS` to check it; that fills in this section.", ""]
     from .checks import read_checks
 
     verdict = "**passed**" if report["passed"] else "**FAILED**: " + "; ".join(report["failures"])
@@ -251,7 +274,8 @@ def _card_source(summary: dict, report: dict | None = None, *, base_card: str | 
         "## Surgery", "",
         "| | |", "|---|---|",
         f"| base model | {base_text} |",
-        f"| architecture | {summary.get('architecture')}, {'tied' if tied else 'untied'} embeddings, "
+        f"| architecture | {summary.get('model_type') or summary.get('architecture')}, "
+        f"{'tied' if tied else 'untied'} embeddings, "
         f"{summary.get('tokenizer_family')} tokenizer |",
         f"| vocabulary rows | {summary.get('rows_before')} → {summary.get('rows_after')} "
         f"({len(summary.get('added', []))} tokens, {summary.get('padding_rows', 0)} padding rows) |",
@@ -259,7 +283,8 @@ def _card_source(summary: dict, report: dict | None = None, *, base_card: str | 
         f"`{init.get('bias', 'mean')}` |",
         f"| seed | {summary.get('seed')} |",
         f"| eps (mean-noise) | {init.get('eps')} |",
-        f"| mean-init KL bound log(1 + k/n) | {summary.get('kl_bound', 0.0):.3g} nats |",
+        (f"| mean-init KL bound log(1 + k/n) | {summary.get('kl_bound', 0.0):.3g} nats |"
+         if not summary.get("reused_rows") else f"| mean-init KL bound | {kl_bound_line(summary)} |"),
         f"| tool | {summary.get('tool', 'vocabsurgeon')} |", "",
     ]
     tensors = summary.get("tensors") or {}

@@ -7,13 +7,14 @@ in the same order and with the same card, from `add_validate_push` (or `finish_a
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import InputError, PushError
+from .errors import InputError, Interrupted, PushError
 from .filenames import REPORT_NAME
 
 logger = logging.getLogger(__name__)
@@ -32,8 +33,10 @@ class ValidationOptions:
 
     def check(self) -> ValidationOptions:
         """Raises InputError for a bad limit, device or --max-tokens, or --plot without matplotlib."""
+        from .init import check_seed
         from .validate import DEFAULT_MAX_TOKENS, check_options
 
+        check_seed(self.seed)
         check_options(thresholds=self.thresholds, device=self.device,
                       max_tokens=self.max_tokens if self.max_tokens is not None else DEFAULT_MAX_TOKENS,
                       plot=self.plot)
@@ -158,7 +161,15 @@ def finish_add(result, validation: ValidationOptions | None = DEFAULT_VALIDATION
     done = Finished(result)
     if validation is not None:
         step("validate", done)
-        done.report = validate_output(result, validation, progress)
+        try:
+            done.report = validate_output(result, validation, progress)
+        except KeyboardInterrupt:  # the output is complete: say so, in the card, the report and the message
+            record_interrupted_validation(result)
+            base = result.to_dict()["input"]
+            raise Interrupted(
+                f"Interrupted during validation: {result.out} is written and complete but not validated (its model "
+                f"card and {REPORT_NAME} say so); run `vocabsurgeon validate {base} {result.out}` to check it and "
+                "fill them in") from None
     if push is not None:
         step("push", done)
         try:
@@ -166,7 +177,45 @@ def finish_add(result, validation: ValidationOptions | None = DEFAULT_VALIDATION
         except PushError as e:
             e.finished = done  # the validation figures, for a summary printed with the error
             raise
+        except KeyboardInterrupt:
+            raise Interrupted(
+                f"Interrupted during the push: {result.out} is written{' and validated' if done.report else ''}; a "
+                f"Hub commit is all or nothing, so {push.repo_id} is as it was. Retry with `vocabsurgeon push "
+                f"{result.out} {push.repo_id}`") from None
     return done
+
+
+def record_interrupted_validation(result) -> None:
+    """The card and report of an output whose validation was interrupted: they say so, and the report
+    keeps the add summary so that a later `vocabsurgeon validate` can fill both in (`record_validation`)."""
+    from .modelcard import write_model_card
+
+    summary = result.to_dict()
+    pending = {"passed": None, "interrupted": True, "failures": [], "add": summary}
+    out = Path(result.out)
+    (out / REPORT_NAME).write_text(json.dumps(pending, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_model_card(out, summary, pending, plot=None)
+
+
+def record_validation(new: str | os.PathLike, report: dict, plot: str | os.PathLike | None = None) -> bool:
+    """After `vocabsurgeon validate BASE NEW`: when NEW is an `add` output whose report holds its add
+    summary (its validation was interrupted), store the new report there and rewrite its card with the
+    figures. Returns whether it did; any other NEW (a Hub repo, a validated output) is left as it is.
+    """
+    from .modelcard import write_model_card
+
+    path = Path(new) / REPORT_NAME
+    try:
+        pending = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(pending, dict) or not isinstance(pending.get("add"), dict):
+        return False
+    summary = pending["add"]
+    full = {**report, "init": summary.get("init"), "add": summary}
+    path.write_text(json.dumps(full, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_model_card(new, summary, report, plot=plot)
+    return True
 
 
 def add_validate_push(src: str | os.PathLike, out: str | os.PathLike, tokens: list[str], options=None, *,

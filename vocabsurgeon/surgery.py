@@ -27,8 +27,10 @@ from .architectures import VocabLayout, detect, text_config, untie
 from .checkpoint import FLOAT_DTYPES, Checkpoint, read_header, rows_kept
 from .errors import InputError, VocabSurgeonError, WriteError
 from .hub import Source, resolve_checkpoint
-from .modelcard import write_model_card
-from .init import DEFAULT_EPS, InitContext, NewRows, accumulate_stats, check_eps, get_strategy, kl_bound, resolve_device
+from .modelcard import kl_bound_line, write_model_card
+from .wordlist import check_word_count
+from .init import (DEFAULT_EPS, InitContext, NewRows, accumulate_stats, check_eps, check_seed, get_strategy, kl_bound,
+                   resolve_device)
 from .filenames import CONFIG_NAME, INDEX_NAME, STALE_SLOW_FILES, TOKENIZER_CONFIG, TOKENIZER_FILE
 from .tokenizer import TokenizerEditor, TokenizerPlan, verify_tokenizer
 from .writer import (
@@ -37,6 +39,10 @@ from .writer import (
 )
 
 logger = logging.getLogger(__name__)
+
+# --pad-to-multiple-of: tensor cores want 8 to 128; a larger multiple only adds dead rows (2**70 would
+# exhaust memory planning them).
+MAX_PAD_MULTIPLE = 4096
 
 
 
@@ -144,6 +150,7 @@ class Plan:
             "input": str(self.src),
             "base": source.to_dict(),
             "architecture": lay.architecture,
+            "model_type": lay.model_type,
             "tied": lay.tied,
             "tokenizer_family": self.tokens.family,
             "tensors": {n: {"rows_before": self.rows_before, "rows_after": self.rows_after,
@@ -177,9 +184,9 @@ class Plan:
         return {"lm_head": t.name, "of": self.layout.embedding, "bytes_added": self.rows_after * t.row_bytes}
 
     def describe(self) -> str:
-        d = self.to_dict()
+        d, lay = self.to_dict(), self.layout
         lines = [
-            f"{d['architecture']} checkpoint ({'tied' if d['tied'] else 'untied'} embeddings), "
+            f"{lay.kind} checkpoint ({'tied' if d['tied'] else 'untied'} embeddings), "
             f"{d['tokenizer_family']} tokenizer",
             f"rows {d['rows_before']} -> {d['rows_after']} "
             f"({len(d['added'])} tokens, {d['padding_rows']} padding rows)",
@@ -202,7 +209,7 @@ class Plan:
         if d["untied"]:
             lines.append(f"untie: new output matrix '{d['untied']['lm_head']}' ({d['untied']['bytes_added']:,} bytes)")
         if d["added"]:
-            lines.append(f"mean-init KL bound log(1 + k/n) = {d['kl_bound']:.3g}")
+            lines.append(kl_bound_line(d))
         return "\n".join(lines)
 
 
@@ -221,8 +228,10 @@ def open_target(src: str | os.PathLike, options: AddOptions | None = None, *, re
     source = resolve_checkpoint(src, revision=revision, token=token)
     for s in {options.init, options.init_input, options.init_output} - {None}:
         get_strategy(s)
-    if options.pad_to_multiple_of is not None and options.pad_to_multiple_of < 1:
-        raise InputError("--pad-to-multiple-of must be a positive integer")
+    check_seed(options.seed)
+    if options.pad_to_multiple_of is not None and not 1 <= options.pad_to_multiple_of <= MAX_PAD_MULTIPLE:
+        raise InputError(f"--pad-to-multiple-of {options.pad_to_multiple_of}: pass a positive integer up to "
+                         f"{MAX_PAD_MULTIPLE} (64 or 128 suit tensor cores)")
     _refuse_remote_code(Path(source.path))
     ckpt = Checkpoint.open(source.path)
     layout = detect(ckpt, options.embedding_key, options.lm_head_key)
@@ -256,6 +265,7 @@ def plan_tokens(target: Target, tokens: list[str]) -> Plan:
         InputError: a tokenizer that cannot be used, or tokens that cannot be added.
     """
     ckpt, layout, options = target.ckpt, target.layout, target.options
+    check_word_count(len(tokens))  # before the tokenizer is read: a list too long to plan is refused at once
     editor = TokenizerEditor(ckpt.path)
     if editor.size > layout.rows:
         raise InputError(

@@ -9,6 +9,11 @@ out after the shard's other tensors and the header has room for any row count, s
 has its final place before the new tokens are even planned (`reserve_layout`). Untouched shards
 are reflinked, copied in the kernel, or hard-linked with --link. Every file is flushed to disk
 (`Syncer`) before the staging directory is renamed into place.
+
+Permissions follow one rule: every file of the output is created with the process's umask (0644
+under the usual 022), as `save_pretrained` and `cp` without `-p` do, whatever the input's modes
+(a 0600 shard of a private download and the rewritten shard next to it used to differ). The one
+exception is `--link`: a hard link is the input's file, mode included.
 """
 
 from __future__ import annotations
@@ -112,8 +117,25 @@ def copy_file(src: Path, dst: Path, *, link: bool = False, progress: Progress = 
         except OSError:
             _copy_range(fi.fileno(), fo.fileno(), 0, size, progress)
             method = "copy"
-    shutil.copystat(src, dst, follow_symlinks=True)
+    shutil.copystat(src, dst, follow_symlinks=True)  # the times (and xattrs) of the input
+    os.chmod(dst, new_file_mode())  # but the mode of every other output file (the module's rule)
     return method
+
+
+def new_file_mode() -> int:
+    """The mode a new file gets under the process's umask (0o644 under umask 022).
+
+    Read from /proc/self/status where the kernel shows it: reading it with os.umask means setting
+    it for a moment, and a file created by another thread in that moment (the shard copy runs in
+    one) would get the wrong mode.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            umask = next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError):
+        umask = os.umask(0o022)
+        os.umask(umask)
+    return 0o666 & ~umask
 
 
 def encode_header(tensors: list[tuple[str, str, tuple[int, ...], int]], metadata: dict | None,
@@ -207,7 +229,7 @@ def copy_old_bytes(src: Path, layout: ShardLayout, dst: Path, progress: Progress
     creating it if needed. The header and the new rows are written by `write_rows`, possibly while
     this runs in another thread: nothing here depends on them.
     """
-    fd = os.open(dst, os.O_WRONLY | os.O_CREAT, 0o644)
+    fd = os.open(dst, os.O_WRONLY | os.O_CREAT, 0o666)  # the umask decides, as for every output file
     try:
         if os.fstat(fd).st_size == 0:
             _pwrite_all(fd, layout.head, 0)  # a placeholder when the shapes are not known yet
