@@ -21,7 +21,10 @@ import click
 
 from ._version import __version__
 from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, Interrupted, VocabSurgeonError
+from .compare import DEFAULT_K
 from .init import DEFAULT_EPS, MAX_SEED, STRATEGIES
+from .inspect import INSPECT_MAX_TOKENS
+from .suggest import DEFAULT_MIN_COUNT, DEFAULT_TOP
 
 STRATEGY_CHOICE = click.Choice(list(STRATEGIES))
 
@@ -513,7 +516,7 @@ _DEVICE_OPTION = click.option("--device", default="auto", show_default=True,
 @cli.command()
 @click.argument("a", type=click.Path(file_okay=False, path_type=str))
 @click.argument("b", type=click.Path(file_okay=False, path_type=str))
-@click.option("--k", "k", default=10, show_default=True, type=int, help=_K_HELP)
+@click.option("--k", "k", default=DEFAULT_K, show_default=True, type=int, help=_K_HELP)
 @_WHICH_OPTION
 @_DEVICE_OPTION
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=str), callback=_check_plot_here,
@@ -575,7 +578,7 @@ def compare(ctx, a, b, k, which, device, plot, embedding_key, lm_head_key, as_js
 @cli.command()
 @click.argument("ckpt", type=click.Path(file_okay=False, path_type=str))
 @click.argument("tokens", nargs=-1, required=True)
-@click.option("--k", "k", default=10, show_default=True, type=int,
+@click.option("--k", "k", default=DEFAULT_K, show_default=True, type=int,
               help="K: how many nearest neighbours of each token, the token itself excluded.")
 @click.option("--metric", type=click.Choice(["dot", "cosine"]), default="dot", show_default=True,
               help="dot: inner product, what the model computes (norm matters); cosine: direction only.")
@@ -623,9 +626,9 @@ def neighbors(ctx, ckpt, tokens, k, metric, which, device, embedding_key, lm_hea
 @click.argument("ckpt", type=click.Path(file_okay=False, path_type=str))
 @click.option("--corpus", required=True, type=click.Path(path_type=str),
               help="UTF-8 text of the domain (any size: it is streamed).")
-@click.option("--top", default=1000, show_default=True, type=click.IntRange(min=1),
+@click.option("--top", default=DEFAULT_TOP, show_default=True, type=click.IntRange(min=1),
               help="How many words to propose at most.")
-@click.option("--min-count", default=2, show_default=True, type=click.IntRange(min=1),
+@click.option("--min-count", default=DEFAULT_MIN_COUNT, show_default=True, type=click.IntRange(min=1),
               help="Ignore words that occur fewer times in the corpus.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str),
               help="Write the tokens file here instead of stdout (with --json, also write it).")
@@ -849,7 +852,7 @@ def validate(ctx, base, new, seed, device, as_json, method, corpus, max_tokens, 
 @click.argument("ckpt", type=click.Path(file_okay=False, path_type=str))
 @click.option("--corpus", type=click.Path(dir_okay=False, path_type=str),
               help="UTF-8 text for the zero-init risk (default: the corpus shipped with vocabsurgeon).")
-@click.option("--max-tokens", default=1024, show_default=True, type=click.IntRange(min=1),
+@click.option("--max-tokens", default=INSPECT_MAX_TOKENS, show_default=True, type=click.IntRange(min=1),
               help="Corpus tokens run through the model.")
 @click.option("--device", default="auto", show_default=True,
               help="Where to run the model: auto (CUDA when present, spread with accelerate), cpu, cuda.")

@@ -28,9 +28,10 @@ from .runtime import (
     model_kind,
     read_corpus,
 )
-from .validate import DEFAULT_MAX_TOKENS
 
 logger = logging.getLogger(__name__)
+
+INSPECT_MAX_TOKENS = 1024  # corpus tokens run through the model for the zero-init risk (CLI and library alike)
 
 # Verdict on the per-position KL that one zero-initialized token causes (nats).
 SAFE_MAX_KL = 0.01  # below this everywhere: safe
@@ -96,7 +97,7 @@ def matrix_stats(ckpt: Checkpoint, name: str) -> dict:
 
 
 def zero_init_risk(ckpt_dir: str | os.PathLike, corpus: str | os.PathLike | None = None, *,
-                   max_tokens: int = DEFAULT_MAX_TOKENS, device: str = "auto") -> dict:
+                   max_tokens: int = INSPECT_MAX_TOKENS, device: str = "auto") -> dict:
     """log Z of the output softmax over a corpus, and the KL one zero-initialized token would cause.
 
     Returns:
@@ -149,7 +150,7 @@ def _verdict(mean: float, mx: float) -> tuple[str, str]:
 
 
 def inspect_checkpoint(path: str | os.PathLike, corpus: str | os.PathLike | None = None, *,
-                       max_tokens: int = DEFAULT_MAX_TOKENS, device: str = "auto", run_model: bool = True,
+                       max_tokens: int = INSPECT_MAX_TOKENS, device: str = "auto", run_model: bool = True,
                        revision: str | None = None, token: str | None = None) -> dict:
     """Describe a checkpoint before surgery; changes nothing.
 
