@@ -30,12 +30,13 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
 from .errors import InputError
+from .runtime import LoadedModel, ModelKind, context_length, encode, load_tokenizer, loaded_model, model_kind, read_corpus
+from .tokenizer import chat_samples
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +49,11 @@ Progress = Callable[[str, int, int], None]
 # 0.05 nats on held-out old text for both fixtures, tied and untied.
 DEFAULT_L2 = 0.3
 DEFAULT_OLD_TEXT_WEIGHT = 16.0
-OUTPUT_STARTS = ("mean", "subword-mean")
+OUTPUT_STARTS = ("mean", "subword-mean", "first-piece")
+# The held-out old-text KL's 99th percentile the shrink keeps (nats; at least the mean limit): the
+# figure the defaults above were chosen to keep on the fixtures. The mean's limit is --fit-kl-limit,
+# by default the mean-init bound log(1 + k/n).
+FIT_KL_P99 = 0.05
 SMALL_HIDDEN = 256  # narrower models run single-threaded on the CPU (see fit_rows)
 
 # Prompts of generated contexts; "{}" is the form (" Frodo" carries its space)
@@ -80,9 +85,11 @@ class FitOptions:
     # maximum likelihood of the new tokenization), "model" = p_old(pieces | prefix) (the old model is
     # right); default: corpus with a corpus, model for generated contexts.
     target: str | None = None
-    # Prior of the output rows: "mean" (keeps the KL near the mean-init bound) or "subword-mean"
-    # (a tied row must also serve as input: it stays near the pieces' mean, which reads well).
+    # Prior of the output rows: "mean" (keeps the KL near the mean-init bound), "subword-mean"
+    # (a tied row must also serve as input: it stays near the pieces' mean, which reads well) or
+    # "first-piece" (the new token predicts like the piece it replaces at the word's start).
     output_start: str = "mean"
+    kl_limit: float | None = None  # held-out old-text KL mean the output rows are shrunk to; None: log(1 + k/n)
     old_text_tokens: int = 2048  # positions of packaged old text in the output objective (and as many held out)
     old_text_weight: float = DEFAULT_OLD_TEXT_WEIGHT  # weight of those positions' KL (the contexts' weigh 1)
     seed: int = 0
@@ -168,28 +175,19 @@ def find_runs(ids: list[int], tokens: list[FitToken]) -> list[Run]:
     return runs
 
 
-def _encode(tok, text: str) -> list[int]:
-    return list(tok(text, add_special_tokens=False, verbose=False).input_ids)
-
-
-def _prefix(tok) -> list[int]:
-    """What each window starts with (as validation does): the BOS token, else a newline."""
-    return [tok.bos_token_id] if tok.bos_token_id is not None else _encode(tok, "\n")
-
-
-def corpus_windows(text: str, tok, tokens: list[FitToken], length: int, per_token: int) -> list[Window]:
+def corpus_windows(text: str, tok, prefix: list[int], tokens: list[FitToken], length: int,
+                   per_token: int) -> list[Window]:
     """Windows of at most `length` tokens around the occurrences of new tokens in the paragraphs of
     `text`, in corpus order: each ends a quarter of `length` after an occurrence (the positions that
     follow it, which distillation matches) and starts as far before it as the length allows (its
     context). An occurrence whose token already has `per_token` windows, or that an earlier window
-    holds, adds none."""
-    prefix = _prefix(tok)
+    holds, adds none. Each window starts with `prefix` (the model's sequence start)."""
     span = max(2, length - len(prefix))
     after = span // 4
     counts = [0] * len(tokens)
     out = []
     for para in (p for p in text.split("\n\n") if p.strip()):
-        ids = _encode(tok, para)
+        ids = encode(tok, para)
         covered = 0  # paragraph ids before this are in the last window taken
         for r in find_runs(ids, tokens):
             if counts[r.j] >= per_token or r.start + r.length <= covered:
@@ -207,49 +205,37 @@ def corpus_windows(text: str, tok, tokens: list[FitToken], length: int, per_toke
     return out
 
 
-def _torch_device(device: str):
-    import torch
+def check_kind(src: Path) -> ModelKind:
+    """The checkpoint's kind, refused in one line unless fitted can run it (a causal LM).
 
-    from .init import resolve_device
-
-    d = resolve_device(device)
-    return torch.device("cpu") if d == "cpu" else d
+    Raises:
+        InputError: naming the model kind, what fitted supports and what to use instead.
+    """
+    kind = model_kind(src)
+    if kind.kind == "causal":
+        return kind
+    what = {"seq2seq": f"{kind.class_name} is a sequence-to-sequence model",
+            "masked": f"{kind.class_name} is a masked-LM encoder",
+            "encoder": f"{kind.class_name} is an encoder without a language-model head (e.g. a sentence-transformers body)"
+            }.get(kind.kind or "", kind.reason)
+    raise InputError(f"{src}: --init fitted supports causal (decoder-only) language models; {what}: "
+                     "use --init subword-mean (or mean)")
 
 
 class _Model:
-    """The frozen causal LM: hidden states (the output layer's input) and the old output rows."""
+    """The frozen causal LM, loaded by runtime.loaded_model: hidden states (the output layer's input),
+    the old output rows, and what each window starts with."""
 
-    def __init__(self, path: Path, device: str):
-        import torch
-        from transformers import AutoConfig, AutoModelForCausalLM
-
-        from .architectures import text_config
-        from .checkpoint import read_json
-
-        if not (path / "config.json").is_file():
-            raise InputError(f"{path}: no config.json; --init fitted needs a checkpoint transformers can load")
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.set_verbosity_error()  # the library never prints: no load reports or bars
-        hf_logging.disable_progress_bar()
-        cfg = AutoConfig.from_pretrained(path, trust_remote_code=False)
-        self.device = _torch_device(device)
-        dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
-        try:
-            self.model = AutoModelForCausalLM.from_pretrained(path, config=cfg, dtype=dtype,
-                                                              trust_remote_code=False).to(self.device)
-        except (ValueError, KeyError) as e:
-            raise InputError(f"{path}: --init fitted needs a causal language model transformers can build ({e}); "
-                             "use --init mean or subword-mean") from None
-        self.model.eval().requires_grad_(False)
+    def __init__(self, lm: LoadedModel, tok):
+        self.model = lm.model.requires_grad_(False)
         out = self.model.get_output_embeddings()
         self.W = out.weight.detach()  # (n, hidden)
         self.b = out.bias.detach() if getattr(out, "bias", None) is not None else None
         self.E = self.model.get_input_embeddings().weight.detach()  # (n, hidden)
         self.n = self.W.shape[0]
-        tc = text_config(read_json(path / "config.json"))
-        positions = [tc.get(k) for k in ("max_position_embeddings", "n_positions", "n_ctx")]
-        self.max_len = next((p for p in positions if isinstance(p, int) and p > 0), 2048)
+        self.device = lm.device
+        self.max_len = context_length(lm)
+        self.prefix = lm.prefix(tok)
         self._checked = False
 
     def hidden(self, ids, mask=None, embeds=None):
@@ -422,7 +408,7 @@ def distill_input_rows(m: _Model, windows: list[Window], teacher: _Teacher, star
     opt = torch.optim.Adam([R], lr=lr * rms)
     usable = [i for i, w in enumerate(windows) if w.runs]
     if not usable or steps <= 0:
-        return R.detach().double().cpu(), 0.0
+        return R.detach().double().cpu(), 0.0, 0
     rng = np.random.default_rng(seed)
     order: list[int] = []
     h2 = float(torch.cat([teacher.h[i] for i in usable]).pow(2).sum(-1).mean())
@@ -468,19 +454,19 @@ def distill_input_rows(m: _Model, windows: list[Window], teacher: _Teacher, star
     if bad.any():  # never write a non-finite row: keep the start (the sub-word mean) for those
         logger.warning("input distillation: %d row(s) not finite; they keep the sub-word mean", int(bad.sum()))
         rows[bad] = start.double().cpu()[bad]
-    return rows, loss_v
+    return rows, loss_v, skipped
 
 
 def generated_windows(m: _Model, tok, tokens: list[FitToken], opts: FitOptions, say: Progress) -> list[Window]:
     """Contexts the model writes itself: each form in a few prompts, continued by seeded sampling."""
     import torch
 
-    prefix = _prefix(tok)
+    prefix = m.prefix
     prompts = []
     for t in tokens:
         templates = SPACE_PROMPTS if t.form.startswith(" ") else BARE_PROMPTS
         for p in templates[:opts.prompts_per_word]:
-            prompts.append(prefix + _encode(tok, p.format(t.form)))
+            prompts.append(prefix + encode(tok, p.format(t.form)))
     eos = tok.eos_token_id
     pad = tok.pad_token_id if tok.pad_token_id is not None else (eos if eos is not None else 0)
     gen = torch.Generator(device="cpu").manual_seed(opts.seed)
@@ -512,21 +498,31 @@ def generated_windows(m: _Model, tok, tokens: list[FitToken], opts: FitOptions, 
     return out
 
 
-def _old_text_windows(tok, length: int, max_tokens: int) -> tuple[list[Window], list[Window]]:
-    """The packaged corpus, in windows: even paragraphs for the objective, odd ones held out for the report."""
-    text = resources.files("vocabsurgeon").joinpath("data/corpus.txt").read_text(encoding="utf-8")
-    prefix = _prefix(tok)
+def old_text_windows(tok, prefix: list[int], tokens: list[FitToken], length: int, max_tokens: int,
+                     chats: list[str] = ()) -> tuple[list[Window], list[Window]]:
+    """Old text in windows, as (for the objective, held out): the packaged corpus's even paragraphs
+    for the objective and its odd ones for the held-out measure, plus the chat-template samples
+    (held out). Up to `max_tokens` tokens each; windows where a new word occurs are left out (old
+    text is text the new tokens do not touch)."""
+    text, _ = read_corpus(None)
     step = max(1, length - len(prefix))
     halves: tuple[list[Window], list[Window]] = ([], [])
     used = [0, 0]
-    for i, para in enumerate(p for p in text.split("\n\n") if p.strip()):
-        ids = _encode(tok, para)
+    paras = [(i % 2, p) for i, p in enumerate(p for p in text.split("\n\n") if p.strip())]
+    for c in chats:  # a rendered conversation is already whole: its own special tokens, no prefix
+        ids = encode(tok, c)
+        if not find_runs(ids, tokens):
+            halves[1].append(Window(ids[:length], []))
+    for half, para in paras:
+        ids = encode(tok, para)
         for s in range(0, len(ids), step):
-            if used[i % 2] >= max_tokens:
+            if used[half] >= max_tokens:
                 break
             part = ids[s:s + step]
-            halves[i % 2].append(Window(prefix + part, []))
-            used[i % 2] += len(part)
+            if find_runs(part, tokens):
+                continue
+            halves[half].append(Window(prefix + part, []))
+            used[half] += len(part)
     return halves
 
 
@@ -574,35 +570,85 @@ def fit_rows(src: str | Path, tokens: list[FitToken], roles: set[str], options: 
     opts = options or FitOptions()
     if (opts.target or "corpus") not in ("corpus", "model"):
         raise InputError(f"fit target {opts.target!r} is not one of corpus, model")
+    if opts.output_start not in OUTPUT_STARTS:
+        raise InputError(f"fit output start {opts.output_start!r} is not one of {', '.join(OUTPUT_STARTS)}")
+    if opts.kl_limit is not None and not (math.isfinite(opts.kl_limit) and opts.kl_limit >= 0):
+        raise InputError(f"--fit-kl-limit {opts.kl_limit}: must be a finite number of nats >= 0")
     say = progress or (lambda stage, done, total: None)
     src = Path(src)
     t0 = time.perf_counter()
+    kind = check_kind(src)
+    tok = load_tokenizer(src)
     torch.manual_seed(opts.seed)
-    m = _Model(src, opts.device)
     threads = torch.get_num_threads()
-    if m.device.type == "cpu" and m.E.shape[1] < SMALL_HIDDEN:
-        # Matrices this narrow gain nothing from intra-op threads, and on a busy machine the OpenMP
-        # spin-waits cost 30x (measured: 20 distillation steps of llama-tiny, 0.7 s on 1 thread, 21 s on 2)
-        torch.set_num_threads(1)
-    try:
-        return _fit_loaded(m, src, tokens, roles, opts, say, t0)
-    finally:
-        torch.set_num_threads(threads)
+    with loaded_model(src, opts.device, kind, remedy="use --init mean or subword-mean") as lm:
+        m = _Model(lm, tok)
+        if m.device.type == "cpu" and m.E.shape[1] < SMALL_HIDDEN:
+            # Matrices this narrow gain nothing from intra-op threads, and on a busy machine the OpenMP
+            # spin-waits cost 30x (measured: 20 distillation steps of llama-tiny, 0.7 s on 1 thread, 21 s on 2)
+            torch.set_num_threads(1)
+        try:
+            return _fit_loaded(m, src, tok, tokens, roles, opts, say, t0)
+        finally:
+            torch.set_num_threads(threads)
 
 
-def _fit_loaded(m: _Model, src: Path, tokens: list[FitToken], roles: set[str], opts: FitOptions, say: Progress,
-         t0: float) -> FitResult:
+def output_prior(start: str, W, tokens: list[FitToken]):
+    """(k, hidden) float64 rows the output fit starts from and is pulled toward (see OUTPUT_STARTS)."""
     import torch
-    from transformers import AutoTokenizer
+
+    W64 = W.double().cpu()
+    mean = W64.mean(0)
+    if start == "mean" or not tokens:
+        return mean.expand(len(tokens), W64.shape[1]).clone()
+    if start == "first-piece":
+        return torch.stack([W64[t.pieces[0]] if t.pieces else mean for t in tokens])
+    return torch.stack([W64[list(t.pieces)].mean(0) if t.pieces else mean for t in tokens])
+
+
+def shrink_to_limit(h, logz, W, M, b_new: float, limit_mean: float, limit_p99: float, iters: int = 30):
+    """The largest a in [0, 1] such that the rows M + a (W - M) keep the old-text KL at positions
+    (h, logz) within both limits (mean, 99th percentile); and the per-position KL at that a.
+
+    M are the mean-init rows: at a = 0 every position's KL is at most log(1 + k/n) (Jensen:
+    exp(h . mean row) <= Z / n), so a = 0 meets any limit at or above that bound. KL need not be
+    monotone in a, so bisection keeps an end that meets the limits (lo) and one that does not (hi).
+    """
+    def kl_at(a: float):
+        return _kl_new(h, logz, M + a * (W - M), b_new).numpy()
+
+    def meets(kl) -> bool:
+        if kl.size == 0:
+            return True
+        slack = 1e-9  # float64 rounding at a = 0, where the bound holds exactly
+        return (float(kl.mean()) <= limit_mean * (1 + slack) + 1e-12
+                and float(np.quantile(kl, 0.99)) <= limit_p99 * (1 + slack) + 1e-12)
+
+    kl = kl_at(1.0)
+    if meets(kl):
+        return 1.0, kl
+    lo, hi, kl_lo = 0.0, 1.0, kl_at(0.0)
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        kl = kl_at(mid)
+        if meets(kl):
+            lo, kl_lo = mid, kl
+        else:
+            hi = mid
+    return lo, kl_lo
+
+
+def _fit_loaded(m: _Model, src: Path, tok, tokens: list[FitToken], roles: set[str], opts: FitOptions, say: Progress,
+                t0: float) -> FitResult:
+    import torch
 
     target = opts.target or ("corpus" if opts.corpus is not None else "model")
-    tok = AutoTokenizer.from_pretrained(src)
     length = max(8, min(opts.context_tokens, m.max_len))
     bounds = ("contexts_per_word", "context_tokens", "input_steps", "output_steps", "batch_size", "seed")
     report: dict = {"method": "fitted", "roles": sorted(roles), **{k: getattr(opts, k) for k in bounds}}
     if opts.corpus is not None:
         text, sha = _corpus_id(opts.corpus)
-        windows = corpus_windows(text, tok, tokens, length, opts.contexts_per_word)
+        windows = corpus_windows(text, tok, m.prefix, tokens, length, opts.contexts_per_word)
         report["contexts"] = {"source": "corpus", "name": Path(opts.corpus).name, "sha256": sha}
     else:
         windows = generated_windows(m, tok, tokens, opts, say)
@@ -619,22 +665,21 @@ def _fit_loaded(m: _Model, src: Path, tokens: list[FitToken], roles: set[str], o
     report["contexts"].update({"windows": len(windows), "occurrences": sum(occurrences),
                                "tokens_without_context": missing[:20], "n_tokens_without_context": len(missing)})
 
-    k, d = len(tokens), m.E.shape[1]
-    E64 = m.E.double().cpu()
-    sub = torch.stack([E64[list(t.pieces)].mean(0) if t.pieces else E64.mean(0) for t in tokens]) if k else \
-        torch.zeros((0, d), dtype=torch.float64)
+    k = len(tokens)
+    sub = output_prior("subword-mean", m.E, tokens)  # the input rows' start
     teacher = _teach(m, windows, opts.batch_size, say) if windows else _Teacher([], [], [])
     result = FitResult(None, None, report)
     if "input" in roles:
         t1 = time.perf_counter()
-        rows, loss = distill_input_rows(m, windows, teacher, sub, opts.input_steps, opts.batch_size, opts.lr,
-                                        opts.seed, say)
+        rows, loss, skipped = distill_input_rows(m, windows, teacher, sub, opts.input_steps, opts.batch_size, opts.lr,
+                                                 opts.seed, say)
         result.input_rows = rows.numpy()
         report["input"] = {"start": "subword-mean", "steps": opts.input_steps, "final_loss": loss,
-                           "seconds": round(time.perf_counter() - t1, 3)}
+                           "skipped_steps": skipped, "seconds": round(time.perf_counter() - t1, 3)}
     if "output" in roles:
         t1 = time.perf_counter()
-        fit_old, held_old = _old_text_windows(tok, length, opts.old_text_tokens)
+        chats = chat_samples(src)
+        fit_old, held_old = old_text_windows(tok, m.prefix, tokens, length, opts.old_text_tokens, chats)
         old_teacher = _teach(m, fit_old, opts.batch_size, say, "model on old text") if fit_old else _Teacher([], [], [])
         data = _output_data(windows + fit_old, _Teacher(teacher.h + old_teacher.h, teacher.logz + old_teacher.logz,
                                                         teacher.lp_next + old_teacher.lp_next), target)
@@ -642,32 +687,40 @@ def _fit_loaded(m: _Model, src: Path, tokens: list[FitToken], roles: set[str], o
                                  torch.full((sum(len(w.old) for w in fit_old),), opts.old_text_weight,
                                             dtype=torch.float64)])
         b_new = float(m.b.double().mean()) if m.b is not None else 0.0
-        mean_row = m.W.double().cpu().mean(0)
-        prior = mean_row.expand(k, d).clone()
-        if opts.output_start == "subword-mean":
-            W64 = m.W.double().cpu()
-            prior = torch.stack([W64[list(t.pieces)].mean(0) if t.pieces else mean_row for t in tokens])
-        if opts.output_start not in OUTPUT_STARTS:
-            raise InputError(f"fit output start {opts.output_start!r} is not one of {', '.join(OUTPUT_STARTS)}")
+        mean_rows = output_prior("mean", m.W, tokens)
+        prior = output_prior(opts.output_start, m.W, tokens)
         l2 = opts.l2 if opts.l2 is not None else DEFAULT_L2
         W, calls = fit_output_rows(data, prior, b_new, l2, opts.output_steps, say, m.device)
         bad = ~torch.isfinite(W).all(1)
         if bad.any():  # never write a non-finite row
             logger.warning("output fit: %d row(s) not finite; they keep the %s row", int(bad.sum()), opts.output_start)
             W[bad] = prior[bad]
-        result.output_rows = W.numpy()
         held = _teach(m, held_old, opts.batch_size, say, "held-out old text") if held_old else _Teacher([], [], [])
+        bound = math.log1p(k / m.n)
+        limit_mean = opts.kl_limit if opts.kl_limit is not None else bound
+        limit_p99 = max(FIT_KL_P99, limit_mean)
         with torch.no_grad():
-            kl_held = (_kl_new(torch.cat(held.h).double(), torch.cat(held.logz), W, b_new).numpy()
-                       if held.h else np.zeros(0))
-            kl_mean_init = (_kl_new(torch.cat(held.h).double(), torch.cat(held.logz), mean_row.expand(k, d), b_new).numpy()
-                            if held.h else np.zeros(0))
+            if held.h:
+                h_held, z_held = torch.cat(held.h).double(), torch.cat(held.logz)
+                kl_fit = _kl_new(h_held, z_held, W, b_new).numpy()
+                a, kl_held = shrink_to_limit(h_held, z_held, W, mean_rows, b_new, limit_mean, limit_p99)
+                kl_mean_init = _kl_new(h_held, z_held, mean_rows, b_new).numpy()
+            else:
+                kl_fit = kl_held = kl_mean_init = np.zeros(0)
+                a = 1.0
+        if a < 1.0:
+            W = mean_rows + a * (W - mean_rows)
+            logger.info("output rows shrunk toward the mean row (a = %.3f) to keep the old-text KL within the limit", a)
+        result.output_rows = W.numpy()
+        text = "packaged corpus, odd paragraphs (not fitted on)" + (f", {len(chats)} chat-template samples"
+                                                                    if chats else "")
         report["output"] = {"start": opts.output_start, "target": target, "l2": l2,
                             "old_text_weight": opts.old_text_weight, "lbfgs_evaluations": calls,
                             "positions": int(data.h.shape[0]), "word_positions": int(data.q.numel()),
                             "seconds": round(time.perf_counter() - t1, 3),
-                            "old_text_kl": {"text": "packaged corpus, odd paragraphs (not fitted on)",
-                                            **_kl_figures(kl_held), "bound": math.log1p(k / m.n),
+                            "shrink": {"a": a, "limit_mean": limit_mean, "limit_p99": limit_p99},
+                            "old_text_kl": {"text": text, **_kl_figures(kl_held), "bound": bound,
+                                            "before_shrink": _kl_figures(kl_fit),
                                             "mean_init": _kl_figures(kl_mean_init)}}
     report["seconds"] = round(time.perf_counter() - t0, 3)
     logger.info("fitted %d rows (%s) in %.1f s", k, ", ".join(sorted(roles)), report["seconds"])

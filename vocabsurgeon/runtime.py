@@ -291,13 +291,15 @@ class LoadedModel:
 
 
 @contextlib.contextmanager
-def loaded_model(path: str | os.PathLike, device: str = "auto", kind: ModelKind | None = None) -> Iterator[LoadedModel]:
+def loaded_model(path: str | os.PathLike, device: str = "auto", kind: ModelKind | None = None,
+                 remedy: str = "Pass --no-validate to skip the checks") -> Iterator[LoadedModel]:
     """Load a checkpoint for evaluation with its own transformers class, yield it, then free its memory.
 
     On a GPU the checkpoint's own dtype is kept and accelerate's `device_map="auto"` spreads the
     model over the GPUs, RAM and disk; on the CPU it runs in float32 (fast and exact there), still
     through `device_map="auto"` when accelerate is installed, so a model bigger than RAM is
-    offloaded to disk. `trust_remote_code` is never used.
+    offloaded to disk. `trust_remote_code` is never used. `remedy` ends the error messages: what
+    the user can do instead (validation: skip the checks; --init fitted: another init).
 
     Raises:
         InputError: transformers cannot build the checkpoint, or leaves some of its weights
@@ -312,7 +314,7 @@ def loaded_model(path: str | os.PathLike, device: str = "auto", kind: ModelKind 
     kind = kind or model_kind(path)
     if kind.kind is None:
         raise InputError(f"{path}: {kind.reason}; validation needs a model class known to transformers "
-                         "(remote code is never run). Pass --no-validate to skip the checks")
+                         f"(remote code is never run). {remedy}")
     cls = getattr(transformers, kind.class_name)
     dev = resolve_torch_device(device)
     kwargs: dict = {"trust_remote_code": False, "dtype": "auto" if dev.startswith("cuda") else torch.float32}
@@ -323,8 +325,7 @@ def loaded_model(path: str | os.PathLike, device: str = "auto", kind: ModelKind 
             model, info = cls.from_pretrained(str(path), output_loading_info=True, **kwargs)
         except Exception as e:  # missing weights, out of memory...
             raise InputError(
-                f"{path}: transformers cannot load it as {kind.class_name} ({type(e).__name__}: {e}); "
-                "Pass --no-validate to skip the checks"
+                f"{path}: transformers cannot load it as {kind.class_name} ({type(e).__name__}: {e}); {remedy}"
             ) from None
         missing = sorted(info.get("missing_keys") or [])
         if missing:  # e.g. a sentence-transformers body without BERT's pooler: harmless for what is compared

@@ -66,6 +66,8 @@ class AddOptions:
     fit_steps: int = 100  # Adam steps of the input distillation
     fit_output_steps: int = 100  # L-BFGS iterations of the output fit
     fit_l2: float | None = None  # L2 prior weight of the output fit (None: the default for the start row)
+    fit_prior: str | None = None  # output rows' prior (fitted.OUTPUT_STARTS); None: subword-mean tied, else mean
+    fit_kl_limit: float | None = None  # held-out old-text KL mean the output rows are shrunk to; None: log(1 + k/n)
 
 
 @dataclass
@@ -630,8 +632,8 @@ def _fit(plan: Plan, progress: Callable[[str, int, int], None] | None):
         roles = {r for r, s in (("input", opts.init_input), ("output", opts.init_output)) if get_strategy(s).needs_model}
         start = "mean"
     fo = FitOptions(corpus=opts.fit_corpus, contexts_per_word=opts.fit_contexts, input_steps=opts.fit_steps,
-                    output_steps=opts.fit_output_steps, l2=opts.fit_l2, seed=opts.seed, output_start=start,
-                    device=opts.device)
+                    output_steps=opts.fit_output_steps, l2=opts.fit_l2, seed=opts.seed,
+                    output_start=opts.fit_prior or start, kl_limit=opts.fit_kl_limit, device=opts.device)
     tokens = [FitToken(t.form, tuple(t.pieces)) for t in plan.tokens.new]
     result = fit_rows(plan.src, tokens, roles, fo, progress)
     result.report["tied"] = lay.tied
