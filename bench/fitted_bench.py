@@ -42,6 +42,13 @@ RUNS = {
     "subword-mean": {"init": "subword-mean"},
     "fitted": {"init": "fitted", "fit_corpus": "fit"},
     "fitted --untie": {"init": "fitted", "untie": True, "fit_corpus": "fit"},
+    # the output fit's prior and L2 weight, untied, input rows at the sub-word mean (no distillation)
+    "out prior mean": {"untie": True, "init_input": "subword-mean", "init_output": "fitted", "fit_corpus": "fit",
+                       "fit_prior": "mean"},
+    "out prior subword-mean": {"untie": True, "init_input": "subword-mean", "init_output": "fitted",
+                               "fit_corpus": "fit", "fit_prior": "subword-mean"},
+    "out prior first-piece": {"untie": True, "init_input": "subword-mean", "init_output": "fitted",
+                              "fit_corpus": "fit", "fit_prior": "first-piece"},
 }
 
 

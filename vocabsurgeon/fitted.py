@@ -285,6 +285,11 @@ class _Teacher:
 
 
 def _teach(m: _Model, windows: list[Window], batch: int, say: Progress, stage: str = "model on contexts") -> _Teacher:
+    """The frozen model's pass over `windows`, once: what the fits read instead of running it again.
+
+    log Z is a float32 log-sum-exp over the vocabulary (its rounding, ~1e-7 relative, moves a KL by
+    as little), taken per window on its own positions: float64 logits of a batch of long windows
+    would be gigabytes (8 x 512 x 49,152 x 8 bytes)."""
     import torch
 
     t = _Teacher([], [], [])
@@ -295,14 +300,14 @@ def _teach(m: _Model, windows: list[Window], batch: int, say: Progress, stage: s
             m.check_linear_head(ids[:, :int(mask[0].sum())])
         with torch.no_grad():
             h = m.hidden(ids, mask)
-            z = m.logits(h).double()
-            lz = z.logsumexp(-1)
-            lp = z[:, :-1].gather(-1, ids[:, 1:, None])[..., 0] - lz[:, :-1]
-        for i, w in enumerate(part):
-            T = len(w.old)
-            t.h.append(h[i, :T].float().cpu())
-            t.logz.append(lz[i, :T].cpu())
-            t.lp_next.append(lp[i, :T - 1].cpu())
+            for i, w in enumerate(part):
+                T = len(w.old)
+                z = m.logits(h[i, :T])  # (T, n) float32
+                lz = z.logsumexp(-1)
+                lp = z[:-1].gather(-1, ids[i, 1:T, None])[..., 0] - lz[:-1]
+                t.h.append(h[i, :T].float().cpu())
+                t.logz.append(lz.double().cpu())
+                t.lp_next.append(lp.double().cpu())
         say(stage, min(s + batch, len(windows)), len(windows))
     return t
 
@@ -498,29 +503,28 @@ def generated_windows(m: _Model, tok, tokens: list[FitToken], opts: FitOptions, 
     return out
 
 
-def old_text_windows(tok, prefix: list[int], tokens: list[FitToken], length: int, max_tokens: int,
+def old_text_windows(tok, prefix: list[int], length: int, held_length: int, max_tokens: int,
                      chats: list[str] = ()) -> tuple[list[Window], list[Window]]:
     """Old text in windows, as (for the objective, held out): the packaged corpus's even paragraphs
-    for the objective and its odd ones for the held-out measure, plus the chat-template samples
-    (held out). Up to `max_tokens` tokens each; windows where a new word occurs are left out (old
-    text is text the new tokens do not touch)."""
+    in windows of `length` for the objective, its odd ones in windows of `held_length` (validation's
+    window: the model's context, at most runtime.MAX_WINDOW) for the held-out measure, plus the
+    chat-template samples (held out). Up to `max_tokens` corpus tokens each.
+
+    KL(p_old || p_new) = log(1 + sum_j exp(s_j) / Z) at every position, whatever follows it, so
+    paragraphs that happen to use a new word stay in: the held-out figure is validation's figure."""
     text, _ = read_corpus(None)
-    step = max(1, length - len(prefix))
     halves: tuple[list[Window], list[Window]] = ([], [])
     used = [0, 0]
-    paras = [(i % 2, p) for i, p in enumerate(p for p in text.split("\n\n") if p.strip())]
     for c in chats:  # a rendered conversation is already whole: its own special tokens, no prefix
-        ids = encode(tok, c)
-        if not find_runs(ids, tokens):
-            halves[1].append(Window(ids[:length], []))
-    for half, para in paras:
+        halves[1].append(Window(encode(tok, c)[:held_length], []))
+    for i, para in enumerate(p for p in text.split("\n\n") if p.strip()):
+        half = i % 2
+        step = max(1, (length if half == 0 else held_length) - len(prefix))
         ids = encode(tok, para)
         for s in range(0, len(ids), step):
             if used[half] >= max_tokens:
                 break
             part = ids[s:s + step]
-            if find_runs(part, tokens):
-                continue
             halves[half].append(Window(prefix + part, []))
             used[half] += len(part)
     return halves
@@ -675,7 +679,7 @@ def _fit_loaded(m: _Model, src: Path, tok, tokens: list[FitToken], roles: set[st
     if "output" in roles:
         t1 = time.perf_counter()
         chats = chat_samples(src)
-        fit_old, held_old = old_text_windows(tok, m.prefix, tokens, length, opts.old_text_tokens, chats)
+        fit_old, held_old = old_text_windows(tok, m.prefix, length, m.max_len, opts.old_text_tokens, chats)
         old_teacher = _teach(m, fit_old, opts.batch_size, say, "model on old text") if fit_old else _Teacher([], [], [])
         data = _output_data(windows + fit_old, _Teacher(teacher.h + old_teacher.h, teacher.logz + old_teacher.logz,
                                                         teacher.lp_next + old_teacher.lp_next), target)
