@@ -174,7 +174,9 @@ def test_fit_rows_is_deterministic_and_reports_its_corpus(split):
     b = fit_rows(FIXTURES / "llama-tiny", tokens, {"input", "output"}, opts)
     # every stage reports to the callback (the CLI draws the bars) and ends complete
     assert set(seen) == {"model on contexts", "input rows", "model on old text", "output rows", "held-out old text"}
-    assert seen["input rows"] == (5, 5) and all(d == t for d, t in seen.values())
+    assert all(d == t for d, t in seen.values())
+    # 8 windows, batches of 8: at most 3 passes of one step (fewer than the 5 steps allowed)
+    assert a.report["input"]["steps"] == seen["input rows"][0] == 3 and a.report["input"]["passes"] == 3
     assert np.array_equal(a.input_rows, b.input_rows) and np.array_equal(a.output_rows, b.output_rows)
     assert a.input_rows.shape == a.output_rows.shape == (2, 64)
     c = a.report["contexts"]
@@ -349,7 +351,7 @@ def test_cli_add_fitted_records_the_fit(split, tmp_path):
     d = json.loads(res.stdout)
     assert d["init"] == {"input": "fitted", "output": "fitted", "bias": "mean", "eps": 1e-5}
     f = d["fitted"]
-    assert f["contexts"]["name"] == "fit.txt" and f["input"]["steps"] == 5 and f["output"]["target"] == "corpus"
+    assert f["contexts"]["name"] == "fit.txt" and f["input"]["steps"] <= 5 and f["output"]["target"] == "corpus"
     card = (out / "README.md").read_text()
     assert "fit.txt" in card and f["contexts"]["sha256"] in card
     # both old-text KL figures (as fitted, as written) and the shrink factor, in --json and the card

@@ -208,8 +208,9 @@ def fit_options(fn):
                           "Without it the model writes its own contexts from a few seeded prompts per word."),
         click.option("--fit-contexts", default=8, show_default=True, type=click.IntRange(min=1),
                      help="--init fitted: context windows per new token, at most."),
-        click.option("--fit-steps", default=100, show_default=True, type=click.IntRange(min=0),
-                     help="--init fitted: Adam steps of the input-row distillation."),
+        click.option("--fit-steps", type=click.IntRange(min=0),
+                     help="--init fitted: Adam steps of the input-row distillation, at most. Default: up to 3 "
+                          "passes over the contexts, stopping when a pass gains < 1% on held-out contexts."),
         click.option("--fit-output-steps", default=100, show_default=True, type=click.IntRange(min=1),
                      help="--init fitted: L-BFGS iterations of the output-row fit."),
         click.option("--fit-kl-limit", type=click.FloatRange(min=0),

@@ -76,7 +76,8 @@ class FitOptions:
     corpus: str | None = None  # text that uses the words; None: generated contexts
     contexts_per_word: int = 8  # windows per new token, at most
     context_tokens: int = 48  # tokens per window around an occurrence (capped by the model's positions)
-    input_steps: int = 100  # Adam steps of the input distillation
+    input_steps: int | None = None  # Adam steps of the input distillation, at most (None: `passes` decide)
+    passes: int = 3  # passes over the windows, at most; a pass that gains < 1% on held-out windows stops it
     output_steps: int = 100  # L-BFGS iterations of the output fit
     batch_size: int = 8  # windows per distillation step
     lr: float = 0.1  # Adam step, relative to the rms of the old input rows
@@ -402,64 +403,103 @@ def fit_output_rows(data: _OutputData, prior, b_new: float, l2: float, steps: in
     return W.detach().double().cpu(), calls[0]
 
 
-def distill_input_rows(m: _Model, windows: list[Window], teacher: _Teacher, start, steps: int, batch: int,
-                       lr: float, seed: int, say: Progress):
+def distill_input_rows(m: _Model, windows: list[Window], teacher: _Teacher, start, steps: int | None, batch: int,
+                       lr: float, seed: int, say: Progress, passes: int = 3):
     """Input rows such that the model reading new tokens gives the hidden states it gives on their
-    pieces, at the aligned positions from the first new token on (MSE relative to |h|^2)."""
+    pieces, at the aligned positions from the first new token on (MSE relative to |h|^2).
+
+    Adam in passes over the windows (at most `passes`, and at most `steps` steps when given). Every
+    8th window (16 or more) is held out: after each pass its loss decides, and the rows of the best
+    pass are kept; the run stops when a pass improves the held-out loss by less than 1%.
+
+    Returns:
+        (rows (k, hidden) float64, a report: steps, passes, held-out loss per pass, skipped steps).
+    """
     import torch
 
     R = start.clone().float().to(m.device).requires_grad_(True)
     rms = float(m.E.float().pow(2).mean().sqrt())
     opt = torch.optim.Adam([R], lr=lr * rms)
     usable = [i for i, w in enumerate(windows) if w.runs]
-    if not usable or steps <= 0:
-        return R.detach().double().cpu(), 0.0, 0
+    report = {"steps": 0, "passes": 0, "held_out_windows": 0, "held_out_loss": [], "final_loss": None,
+              "skipped_steps": 0}
+    if not usable or steps == 0:
+        return R.detach().double().cpu(), report
+    held = usable[::8] if len(usable) >= 16 else []
+    train = [i for i in usable if i not in set(held)]
+    per_pass = -(-len(train) // batch)
+    total = passes * per_pass if steps is None else min(steps, passes * per_pass)
     rng = np.random.default_rng(seed)
-    order: list[int] = []
     h2 = float(torch.cat([teacher.h[i] for i in usable]).pow(2).sum(-1).mean())
     pieces = [w.new_ids(m.n) for w in windows]
     aligned = [w.aligned() for w in windows]
-    loss_v = float("nan")
-    skipped = 0
-    for step in range(steps):
-        if len(order) < batch:
-            order += list(rng.permutation(usable))
-        part, order = order[:batch], order[batch:]
+
+    def batch_loss(part):
         ids, mask = _pad([pieces[i] for i in part], 0, m.device)
-        is_new = ids >= m.n
         emb = m.E[ids.clamp(max=m.n - 1)]
         # Only the new tokens' positions read R, through a one-hot product over those positions: the
         # backward of R[index] accumulates in a thread-dependent order (rows differed in the last bits
         # from run to run), and a product over every position would let a non-finite gradient at any
         # old position reach every row (0 * inf).
-        where = is_new.nonzero(as_tuple=True)
+        where = (ids >= m.n).nonzero(as_tuple=True)
         pick = torch.nn.functional.one_hot(ids[where] - m.n, R.shape[0]).to(R.dtype)  # (new positions, k)
         emb = emb.index_put(where, (pick @ R).to(emb.dtype))
         h = m.hidden(None, mask, embeds=emb).float()
-        loss = 0.0
-        count = 0
+        loss, count = 0.0, 0
         for b, i in enumerate(part):
             olds, news = aligned[i]
-            tgt = teacher.h[i][olds].to(m.device)
-            loss = loss + ((h[b, news] - tgt) ** 2).sum()
+            loss = loss + ((h[b, news] - teacher.h[i][olds].to(m.device)) ** 2).sum()
             count += len(olds)
-        loss = loss / (count * h2)
-        opt.zero_grad()
-        loss.backward()
-        if torch.isfinite(loss) and torch.isfinite(R.grad).all():
-            opt.step()
-            loss_v = float(loss.detach())
-        else:  # an overflow in this batch: skip it rather than poison the rows
-            skipped += 1
-        say("input rows", step + 1, steps)
-    if skipped:
-        logger.warning("input distillation: %d of %d steps skipped (non-finite loss or gradient)", skipped, steps)
-    rows = R.detach().double().cpu()
+        return loss / (count * h2)
+
+    def held_loss() -> float:
+        with torch.no_grad():
+            return float(sum(float(batch_loss(held[s:s + batch])) * len(held[s:s + batch])
+                             for s in range(0, len(held), batch)) / len(held))
+
+    best = held_loss() if held else None
+    best_R = R.detach().clone()
+    if held:
+        report["held_out_loss"].append(best)
+    report["held_out_windows"] = len(held)
+    step = 0
+    while step < total:
+        order = list(rng.permutation(train))
+        for s in range(0, len(order), batch):
+            if step >= total:
+                break
+            loss = batch_loss(order[s:s + batch])
+            opt.zero_grad()
+            loss.backward()
+            if torch.isfinite(loss) and torch.isfinite(R.grad).all():
+                opt.step()
+                report["final_loss"] = float(loss.detach())
+            else:  # an overflow in this batch: skip it rather than poison the rows
+                report["skipped_steps"] += 1
+            step += 1
+            say("input rows", step, total)
+        report["passes"] += 1
+        if not held:
+            best_R = R.detach().clone()
+            continue
+        now = held_loss()
+        report["held_out_loss"].append(now)
+        if now < best:
+            best_R, gain, best = R.detach().clone(), (best - now) / best, now
+            if gain >= 0.01:
+                continue
+        break  # converged (or worse): the best pass's rows stand
+    say("input rows", total, total)
+    report["steps"] = step
+    if report["skipped_steps"]:
+        logger.warning("input distillation: %d of %d steps skipped (non-finite loss or gradient)",
+                       report["skipped_steps"], step)
+    rows = best_R.double().cpu()
     bad = ~torch.isfinite(rows).all(1)
     if bad.any():  # never write a non-finite row: keep the start (the sub-word mean) for those
         logger.warning("input distillation: %d row(s) not finite; they keep the sub-word mean", int(bad.sum()))
         rows[bad] = start.double().cpu()[bad]
-    return rows, loss_v, skipped
+    return rows, report
 
 
 def generated_windows(m: _Model, tok, tokens: list[FitToken], opts: FitOptions, say: Progress) -> list[Window]:
@@ -671,11 +711,11 @@ def _fit_loaded(m: _Model, src: Path, tok, tokens: list[FitToken], roles: set[st
     result = FitResult(None, None, report)
     if "input" in roles:
         t1 = time.perf_counter()
-        rows, loss, skipped = distill_input_rows(m, windows, teacher, sub, opts.input_steps, opts.batch_size, opts.lr,
-                                                 opts.seed, say)
+        rows, distilled = distill_input_rows(m, windows, teacher, sub, opts.input_steps, opts.batch_size, opts.lr,
+                                             opts.seed, say, opts.passes)
         result.input_rows = rows.numpy()
-        report["input"] = {"start": "subword-mean", "steps": opts.input_steps, "final_loss": loss,
-                           "skipped_steps": skipped, "seconds": round(time.perf_counter() - t1, 3)}
+        report["input"] = {"start": "subword-mean", "max_passes": opts.passes, **distilled,
+                           "seconds": round(time.perf_counter() - t1, 3)}
     if "output" in roles:
         t1 = time.perf_counter()
         chats = chat_samples(src)
