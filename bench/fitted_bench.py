@@ -42,6 +42,8 @@ RUNS = {
     "subword-mean": {"init": "subword-mean"},
     "fitted": {"init": "fitted", "fit_corpus": "fit"},
     "fitted --untie": {"init": "fitted", "untie": True, "fit_corpus": "fit"},
+    "fitted, 32-token windows": {"init": "fitted", "fit_corpus": "fit", "fit_context_tokens": 32},
+    "fitted, 4 contexts": {"init": "fitted", "fit_corpus": "fit", "fit_contexts": 4},
     # the output fit's prior and L2 weight, untied, input rows at the sub-word mean (no distillation)
     "out prior mean": {"untie": True, "init_input": "subword-mean", "init_output": "fitted", "fit_corpus": "fit",
                        "fit_prior": "mean"},

@@ -63,6 +63,7 @@ class AddOptions:
     # --init fitted (see fitted.py): contexts from this corpus (None: the model generates them), bounds
     fit_corpus: str | None = None
     fit_contexts: int = 8  # windows per new token, at most
+    fit_context_tokens: int = 48  # tokens per window
     fit_steps: int | None = None  # Adam steps of the input distillation, at most (None: passes decide)
     fit_output_steps: int = 100  # L-BFGS iterations of the output fit
     fit_l2: float | None = None  # L2 prior weight of the output fit (None: the default for the start row)
@@ -631,7 +632,8 @@ def _fit(plan: Plan, progress: Callable[[str, int, int], None] | None):
     else:
         roles = {r for r, s in (("input", opts.init_input), ("output", opts.init_output)) if get_strategy(s).needs_model}
         start = "mean"
-    fo = FitOptions(corpus=opts.fit_corpus, contexts_per_word=opts.fit_contexts, input_steps=opts.fit_steps,
+    fo = FitOptions(corpus=opts.fit_corpus, contexts_per_word=opts.fit_contexts, context_tokens=opts.fit_context_tokens,
+                    input_steps=opts.fit_steps,
                     output_steps=opts.fit_output_steps, l2=opts.fit_l2, seed=opts.seed,
                     output_start=opts.fit_prior or start, kl_limit=opts.fit_kl_limit, device=opts.device)
     tokens = [FitToken(t.form, tuple(t.pieces)) for t in plan.tokens.new]
