@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .devices import check_device, resolve_device  # noqa: F401  (check_device: cli and validate take it from here)
 from .errors import InputError
 from .tokenizer import unpadded
 
@@ -25,7 +26,6 @@ logger = logging.getLogger(__name__)
 
 MAX_WINDOW = 512  # tokens per forward pass; also capped by the model's context length
 KL_ROWS = 64  # positions per float64 KL block
-DEVICES = ("auto", "cpu", "cuda")
 
 
 class NonFiniteOutput(Exception):
@@ -62,13 +62,6 @@ def read_corpus(path: str | os.PathLike | None = None) -> tuple[str, str]:
     return text, str(p)
 
 
-def check_device(device: str) -> None:
-    """Refuse a --device that is none of auto, cpu, cuda[:N], before any work (torch not imported)."""
-    if device in ("auto", "cpu") or device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit()):
-        return
-    raise InputError(f"--device {device!r} is not one of auto, cpu, cuda (or cuda:N)")
-
-
 def _quiet_transformers() -> None:
     from transformers.utils import logging as hf_logging
 
@@ -93,18 +86,6 @@ def load_tokenizer(path: str | os.PathLike):
     if backend is not None:
         unpadded(backend)  # what a tokenizer.json ships (sentence-transformers: Fixed 128) is not ours to apply
     return tok
-
-
-def resolve_torch_device(device: str = "auto") -> str:
-    """"auto" is CUDA when torch sees a GPU, else "cpu"; asking for "cuda" without one is an error."""
-    import torch
-
-    check_device(device)
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise InputError("--device cuda was asked for but no CUDA device is available; use --device cpu or auto")
-    return device
 
 
 # ---------------------------------------------------------------- what the model computes
@@ -316,7 +297,7 @@ def loaded_model(path: str | os.PathLike, device: str = "auto", kind: ModelKind 
         raise InputError(f"{path}: {kind.reason}; validation needs a model class known to transformers "
                          f"(remote code is never run). {remedy}")
     cls = getattr(transformers, kind.class_name)
-    dev = resolve_torch_device(device)
+    dev = resolve_device(device)
     kwargs: dict = {"trust_remote_code": False, "dtype": "auto" if dev.startswith("cuda") else torch.float32}
     with tempfile.TemporaryDirectory(prefix="vocabsurgeon-offload-") as offload:
         if importlib.util.find_spec("accelerate") is not None:
