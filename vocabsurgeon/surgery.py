@@ -63,7 +63,7 @@ class AddOptions:
     # --init fitted (see fitted.py): contexts from this corpus (None: the model generates them), bounds
     fit_corpus: str | None = None
     fit_contexts: int = 8  # windows per new token, at most
-    fit_context_tokens: int = 48  # tokens per window
+    fit_context_tokens: int = 32  # tokens per window (fitted.FitOptions.context_tokens)
     fit_steps: int | None = None  # Adam steps of the input distillation, at most (None: passes decide)
     fit_output_steps: int = 100  # L-BFGS iterations of the output fit
     fit_l2: float | None = None  # L2 prior weight of the output fit (None: the default for the start row)
