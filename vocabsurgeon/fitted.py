@@ -13,13 +13,21 @@ result. Nothing else in the model changes.
   Minimized with L-BFGS from the mean row (tied: the sub-word mean), with an L2 penalty toward it.
   With a corpus the ideal puts q = 1 where the corpus has the word (maximum likelihood of the new
   tokenization); with generated contexts q = p_old(pieces | prefix), the old model's own belief.
+- The bound, by construction. The objective penalises the old-text KL but does not bound it, so
+  after the fit the KL is measured on held-out old text (the packaged corpus's other half, and
+  the chat-template samples), and when its mean exceeds the limit (default: the mean-init bound
+  log(1 + k/n)) or its p99 exceeds FIT_KL_P99, the rows are shrunk toward the mean row by the
+  largest factor that meets both (`shrink_to_limit`; the mean row itself meets the bound).
 - Input rows, distillation (AweDist, 2025). The model reading the new token must give the hidden
   states it gives on the word's pieces, at the positions that follow; Adam over the new rows only,
-  starting from the sub-word mean.
+  starting from the sub-word mean, in passes over the windows until held-out windows stop gaining.
 - Contexts: windows of a corpus that use the words (at most `contexts_per_word` per token), or,
-  without a corpus, text the model generates after a few prompts per word (seeded).
+  without a corpus, text the model generates after a few prompts per word (seeded). The frozen
+  model runs over them once (`_teach`); both fits read that pass.
 
-Deterministic for a seed on one machine. The library never prints: progress goes to a callback.
+Only the fitting math lives here: loading, encoding, the packaged corpus and the device come from
+runtime.py and devices.py, as for validation. Deterministic for a seed on one machine. The
+library never prints: progress goes to a callback.
 """
 
 from __future__ import annotations
