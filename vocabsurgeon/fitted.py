@@ -10,7 +10,7 @@ result. Nothing else in the model changes.
   only the new logits h . w are free, and the cross-entropy against that ideal is convex in the new
   rows; where no new word follows (q = 0) it is exactly KL(p_old || p_new), so the KL penalty is part
   of the objective. Old text (half of the packaged corpus, weighted up) adds such q = 0 positions.
-  Minimized with L-BFGS from the mean row (tied: the sub-word mean), with an L2 penalty toward it.
+  Minimized with L-BFGS from the sub-word mean row (or another prior), with an L2 penalty toward it.
   With a corpus the ideal puts q = 1 where the corpus has the word (maximum likelihood of the new
   tokenization); with generated contexts q = p_old(pieces | prefix), the old model's own belief.
 - The bound, by construction. The objective penalises the old-text KL but does not bound it, so
@@ -100,7 +100,7 @@ class FitOptions:
     # Prior of the output rows: "mean" (keeps the KL near the mean-init bound), "subword-mean"
     # (a tied row must also serve as input: it stays near the pieces' mean, which reads well) or
     # "first-piece" (the new token predicts like the piece it replaces at the word's start).
-    output_start: str = "mean"
+    output_start: str = "subword-mean"
     kl_limit: float | None = None  # held-out old-text KL mean the output rows are shrunk to; None: log(1 + k/n)
     old_text_tokens: int = 2048  # positions of packaged old text in the output objective (and as many held out)
     old_text_weight: float = DEFAULT_OLD_TEXT_WEIGHT  # weight of those positions' KL (the contexts' weigh 1)
