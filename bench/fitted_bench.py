@@ -82,13 +82,17 @@ def measure(label: str, options: dict, src: Path, words: list[str], fit: Path, h
 
 def table(rows: list[dict]) -> str:
     lines = ["| init | bits/byte (original) | vs original tokenization | old-text KL mean / p99 / max (bound) "
-             "| shrink a | add s | load average (1 min) |", "|---|---|---|---|---|---|---|"]
+             "| held-out KL mean as fitted -> written (shrink a) | add s | load average (1 min) |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
-        shrink = ((r["fitted"].get("output") or {}).get("shrink") or {}).get("a")
-        a = f"{shrink:.3f}" if shrink is not None else "-"
+        out = r["fitted"].get("output") or {}
+        kl = out.get("old_text_kl") or {}
+        held = "-"
+        if kl.get("mean") is not None:
+            held = f"{kl['before_shrink']['mean']:.4f} -> {kl['mean']:.4f} ({out['shrink']['a']:.2f})"
         load = r["uptime_before"].split("load average:")[-1].split(",")[0].strip()
         lines.append(f"| {r['init']} | {r['bpb_new']:.4f} ({r['bpb_old']:.4f}) | x{r['ratio']:.3f} | "
-                     f"{r['kl_mean']:.4f} / {r['kl_p99']:.4f} / {r['kl_max']:.4f} ({r['kl_bound']:.4f}) | {a} | "
+                     f"{r['kl_mean']:.4f} / {r['kl_p99']:.4f} / {r['kl_max']:.4f} ({r['kl_bound']:.4f}) | {held} | "
                      f"{r['add_seconds']:.1f} | {load} |")
     return "\n".join(lines)
 
@@ -100,7 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=HERE / "work")
     ap.add_argument("--results", type=Path, help="write the table into this markdown file, between the markers")
     ap.add_argument("--json", type=Path, help="write every figure here")
+    ap.add_argument("--from-json", type=Path, nargs="*", help="only print the table of these earlier --json files")
     args = ap.parse_args(argv)
+    if args.from_json:
+        print(table([r for f in args.from_json for r in json.loads(f.read_text())]))
+        return 0
     src = real_model.build(args.work)
     fit, held, tokens = domain.build(args.work, src, args.words)
     words = read_tokens_file(tokens)
