@@ -42,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .checks import KLCheck
 from .errors import InputError
 from .runtime import LoadedModel, ModelKind, context_length, encode, load_tokenizer, loaded_model, model_kind, read_corpus
 from .tokenizer import chat_samples
@@ -367,11 +368,11 @@ def _kl_new(h, logz, W, b_new):
 
 
 def _kl_figures(kl) -> dict:
-    kl = np.asarray(kl, dtype=np.float64)
-    if kl.size == 0:
+    """Mean, p99 and max of per-position KL, as validation's KL check computes them (KLCheck.measure)."""
+    if np.asarray(kl).size == 0:
         return {"positions": 0, "mean": None, "p99": None, "max": None}
-    return {"positions": int(kl.size), "mean": float(kl.mean()), "p99": float(np.quantile(kl, 0.99)),
-            "max": float(kl.max())}
+    c = KLCheck.measure(kl, bound=0.0, limit_mean=0.0, limit_p99=0.0)
+    return {"positions": c.positions, "mean": c.mean, "p99": c.p99, "max": c.max}
 
 
 def fit_output_rows(data: _OutputData, prior, b_new: float, l2: float, steps: int, say: Progress, device=None):
