@@ -267,8 +267,8 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy("subword-mean", subword_mean, False,
                  "the mean of the rows of the word's pieces under the original tokenizer (FVT)"),
         Strategy("fitted", fitted, False,
-                 "fitted from forward passes of the frozen model: output rows by a convex, KL-penalized fit, "
-                 "input rows by distillation (see fitted.py)", needs_model=True),
+                 "fitted from forward passes of the frozen model: output rows by a convex, KL-penalized fit "
+                 "shrunk to the mean-init KL bound, input rows by distillation (see fitted.py)", needs_model=True),
         Strategy("zeros", zeros, False,
                  "all zeros: logit 0, dangerous when the model's logits are large and negative", averages=False,
                  constant=True),
