@@ -25,9 +25,11 @@ from vocabsurgeon.fitted import (
     Run,
     Window,
     _OutputData,
+    _kl_new,
     find_runs,
     fit_output_rows,
     fit_rows,
+    shrink_to_limit,
 )
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -126,6 +128,35 @@ def test_output_fit_without_evidence_lowers_the_new_logits():
     assert float(kl(W).mean()) < float(kl(prior).mean())
 
 
+def test_shrink_finds_the_largest_factor_that_meets_the_limits():
+    data = _toy_data()
+    g = torch.Generator().manual_seed(2)
+    M = torch.randn(3, 6, generator=g, dtype=torch.float64).mean(0).expand(3, 6)  # "mean-init" rows
+    W = M + 3.0 * torch.randn(3, 6, generator=g, dtype=torch.float64)  # fitted rows far from them
+    full = _kl_new(data.h, data.logz, W, 0.0).numpy()
+    limit = float(full.mean()) / 4
+    a, kl = shrink_to_limit(data.h, data.logz, W, M, 0.0, limit, 10.0)
+    assert 0.0 < a < 1.0
+    assert kl.mean() <= limit
+    np.testing.assert_allclose(kl, _kl_new(data.h, data.logz, M + a * (W - M), 0.0).numpy())
+    # the largest: a little more would break the limit
+    assert _kl_new(data.h, data.logz, M + (a + 1e-6) * (W - M), 0.0).numpy().mean() > limit
+    # rows that already meet the limits are kept as fitted
+    assert shrink_to_limit(data.h, data.logz, W, M, 0.0, float(full.mean()), 10.0)[0] == 1.0
+
+
+def test_shrink_to_a_zero_limit_gives_the_mean_rows_which_meet_the_bound():
+    data = _toy_data()
+    rows = torch.randn(500, 6, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    # an old vocabulary whose log Z the toy positions use: the mean row meets log(1 + k/n) at every position
+    logz = (data.h @ rows.T).logsumexp(-1)
+    M = rows.mean(0).expand(2, 6)
+    W = M + torch.randn(2, 6, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    a, kl = shrink_to_limit(data.h, logz, W, M, 0.0, 0.0, 0.0)
+    assert a == 0.0
+    assert (kl <= np.log1p(2 / 500) + 1e-12).all()
+
+
 # ------------------------------------------------------------------ fit_rows
 
 
@@ -143,7 +174,9 @@ def test_fit_rows_is_deterministic_and_reports_its_corpus(split):
     b = fit_rows(FIXTURES / "llama-tiny", tokens, {"input", "output"}, opts)
     # every stage reports to the callback (the CLI draws the bars) and ends complete
     assert set(seen) == {"model on contexts", "input rows", "model on old text", "output rows", "held-out old text"}
-    assert seen["input rows"] == (5, 5) and all(d == t for d, t in seen.values())
+    assert all(d == t for d, t in seen.values())
+    # 8 windows, batches of 8: at most 3 passes of one step (fewer than the 5 steps allowed)
+    assert a.report["input"]["steps"] == seen["input rows"][0] == 3 and a.report["input"]["passes"] == 3
     assert np.array_equal(a.input_rows, b.input_rows) and np.array_equal(a.output_rows, b.output_rows)
     assert a.input_rows.shape == a.output_rows.shape == (2, 64)
     c = a.report["contexts"]
@@ -151,6 +184,57 @@ def test_fit_rows_is_deterministic_and_reports_its_corpus(split):
     assert c["occurrences"] > 0 and c["n_tokens_without_context"] == 0
     kl = a.report["output"]["old_text_kl"]
     assert kl["positions"] > 0 and kl["mean"] <= kl["bound"]
+    assert 0.0 <= a.report["output"]["shrink"]["a"] <= 1.0
+
+
+def test_the_shrink_keeps_the_old_text_kl_within_the_limit_asked_for(split):
+    # the default fit on llama-tiny is within the bound; a limit of a tenth of it makes the shrink work
+    from transformers import AutoTokenizer
+
+    fit, _ = split
+    tok = AutoTokenizer.from_pretrained(FIXTURES / "llama-tiny")
+    tokens = [FitToken(" " + w, tuple(tok(" " + w, add_special_tokens=False).input_ids)) for w in WORDS]
+    free = fit_rows(FIXTURES / "llama-tiny", tokens, {"output"}, FitOptions(corpus=str(fit), output_steps=30))
+    kl = free.report["output"]["old_text_kl"]
+    limit = kl["before_shrink"]["mean"] / 10
+    r = fit_rows(FIXTURES / "llama-tiny", tokens, {"output"}, FitOptions(corpus=str(fit), output_steps=30,
+                                                                        kl_limit=limit))
+    out = r.report["output"]
+    assert 0.0 <= out["shrink"]["a"] < 1.0 and out["shrink"]["limit_mean"] == limit
+    assert out["old_text_kl"]["mean"] <= limit < out["old_text_kl"]["before_shrink"]["mean"]
+    assert out["old_text_kl"]["p99"] <= out["shrink"]["limit_p99"]
+    # the written rows are the shrunk ones: between the mean row and the fitted rows
+    assert not np.allclose(r.output_rows, free.output_rows)
+
+
+def test_fitted_refuses_a_seq2seq_model_in_one_line(tmp_path):
+    from builders import bytelevel_tokenizer, save_checkpoint
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    tok = bytelevel_tokenizer(600)
+    cfg = T5Config(vocab_size=len(tok), d_model=32, d_ff=64, d_kv=16, num_layers=1, num_decoder_layers=1,
+                   num_heads=2, decoder_start_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id)
+    src = save_checkpoint(T5ForConditionalGeneration(cfg).eval(), tok, tmp_path / "t5")
+    res = CliRunner().invoke(cli, ["add", "-q", "-t", "Frodo", "--init", "fitted", str(src), str(tmp_path / "out")])
+    assert res.exit_code == 2 and not (tmp_path / "out").exists()
+    assert (f"{src}: --init fitted supports causal (decoder-only) language models; T5ForConditionalGeneration is a "
+            "sequence-to-sequence model: use --init subword-mean (or mean)") in res.output
+    assert len(res.output.strip().splitlines()) == 1  # no transformers dump
+
+
+def test_fitted_refuses_a_sentence_transformers_body_in_one_line(tmp_path):
+    from builders import bytelevel_tokenizer, save_checkpoint
+    from transformers import BertConfig, BertModel
+
+    tok = bytelevel_tokenizer(600)
+    tok.pad_token = tok.eos_token
+    cfg = BertConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                     num_attention_heads=2, max_position_embeddings=64, pad_token_id=tok.pad_token_id)
+    src = save_checkpoint(BertModel(cfg, add_pooling_layer=False).eval(), tok, tmp_path / "st")
+    res = CliRunner().invoke(cli, ["add", "-q", "-t", "Frodo", "--init", "fitted", str(src), str(tmp_path / "out")])
+    assert res.exit_code == 2 and not (tmp_path / "out").exists()
+    assert (f"{src}: --init fitted supports causal (decoder-only) language models; BertModel is an encoder without "
+            "a language-model head (e.g. a sentence-transformers body): use --init subword-mean (or mean)") in res.output
 
 
 def test_generated_contexts_when_no_corpus():
@@ -197,6 +281,8 @@ def test_fitted_on_a_tied_model_tied_and_untied(split, tmp_path):
     for r in (tied, untied):
         assert r["bpb"] < mean["bpb"]
         assert r["kl"]["mean"] <= r["kl"]["bound"] and r["kl"]["p99"] < 0.05, r["kl"]
+    # twice the free rows: --untie is at least as good as kept tied
+    assert untied["bpb"] <= tied["bpb"], (untied["bpb"], tied["bpb"])
 
 
 # ------------------------------------------------------------------ --untie
@@ -267,9 +353,13 @@ def test_cli_add_fitted_records_the_fit(split, tmp_path):
     d = json.loads(res.stdout)
     assert d["init"] == {"input": "fitted", "output": "fitted", "bias": "mean", "eps": 1e-5}
     f = d["fitted"]
-    assert f["contexts"]["name"] == "fit.txt" and f["input"]["steps"] == 5 and f["output"]["target"] == "corpus"
+    assert f["contexts"]["name"] == "fit.txt" and f["input"]["steps"] <= 5 and f["output"]["target"] == "corpus"
     card = (out / "README.md").read_text()
     assert "fit.txt" in card and f["contexts"]["sha256"] in card
+    # both old-text KL figures (as fitted, as written) and the shrink factor, in --json and the card
+    kl, a = f["output"]["old_text_kl"], f["output"]["shrink"]["a"]
+    assert 0.0 <= a <= 1.0 and kl["mean"] <= kl["bound"] and kl["before_shrink"]["mean"] is not None
+    assert f"| shrink toward the mean row | a = {a:.3g}" in card and "| old-text KL as fitted (held-out) |" in card
 
 
 def test_cli_fit_corpus_without_fitted_is_refused(split, tmp_path):

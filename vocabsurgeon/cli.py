@@ -280,10 +280,14 @@ def fit_options(fn):
                           "Without it the model writes its own contexts from a few seeded prompts per word."),
         click.option("--fit-contexts", default=8, show_default=True, type=click.IntRange(min=1),
                      help="--init fitted: context windows per new token, at most."),
-        click.option("--fit-steps", default=100, show_default=True, type=click.IntRange(min=0),
-                     help="--init fitted: Adam steps of the input-row distillation."),
+        click.option("--fit-steps", type=click.IntRange(min=0),
+                     help="--init fitted: Adam steps of the input-row distillation, at most. Default: up to 3 "
+                          "passes over the contexts, stopping when a pass gains < 1% on held-out contexts."),
         click.option("--fit-output-steps", default=100, show_default=True, type=click.IntRange(min=1),
                      help="--init fitted: L-BFGS iterations of the output-row fit."),
+        click.option("--fit-kl-limit", type=click.FloatRange(min=0),
+                     help="--init fitted: the held-out old-text KL mean (nats) the fitted output rows are shrunk "
+                          "toward the mean row to keep. Default: the mean-init bound log(1 + k/n)."),
     ]):
         fn = decorator(fn)
     return fn
@@ -360,7 +364,7 @@ class _FitBars:
 def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, seed, special, strict, pad_to_multiple_of,
         link, no_fsync, force, device, embedding_key, lm_head_key, dry_run, as_json, reuse_reserved, no_validate,
         revision, hf_token, push_to, push_revision, private, create_pr, message, untie, fit_corpus, fit_contexts,
-        fit_steps, fit_output_steps, **validation):
+        fit_steps, fit_output_steps, fit_kl_limit, **validation):
     """Add tokens to the checkpoint SRC and write the new checkpoint to OUT.
 
     SRC is a checkpoint directory or a Hub repo id (org/name, at --revision); a local directory
@@ -422,6 +426,7 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
         link=link, fsync=not no_fsync, force=force, device=device, embedding_key=embedding_key, lm_head_key=lm_head_key,
         pad_to_multiple_of=pad_to_multiple_of, reuse_reserved=reuse_reserved, strict=strict, untie=untie,
         fit_corpus=fit_corpus, fit_contexts=fit_contexts, fit_steps=fit_steps, fit_output_steps=fit_output_steps,
+        fit_kl_limit=fit_kl_limit,
     )
     target = open_target(src, options, revision=revision, token=hf_token)
     quiet = is_quiet(ctx)

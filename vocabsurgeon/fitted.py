@@ -10,16 +10,24 @@ result. Nothing else in the model changes.
   only the new logits h . w are free, and the cross-entropy against that ideal is convex in the new
   rows; where no new word follows (q = 0) it is exactly KL(p_old || p_new), so the KL penalty is part
   of the objective. Old text (half of the packaged corpus, weighted up) adds such q = 0 positions.
-  Minimized with L-BFGS from the mean row (tied: the sub-word mean), with an L2 penalty toward it.
+  Minimized with L-BFGS from the sub-word mean row (or another prior), with an L2 penalty toward it.
   With a corpus the ideal puts q = 1 where the corpus has the word (maximum likelihood of the new
   tokenization); with generated contexts q = p_old(pieces | prefix), the old model's own belief.
+- The bound, by construction. The objective penalises the old-text KL but does not bound it, so
+  after the fit the KL is measured on held-out old text (the packaged corpus's other half, and
+  the chat-template samples), and when its mean exceeds the limit (default: the mean-init bound
+  log(1 + k/n)) or its p99 exceeds FIT_KL_P99, the rows are shrunk toward the mean row by the
+  largest factor that meets both (`shrink_to_limit`; the mean row itself meets the bound).
 - Input rows, distillation (AweDist, 2025). The model reading the new token must give the hidden
   states it gives on the word's pieces, at the positions that follow; Adam over the new rows only,
-  starting from the sub-word mean.
+  starting from the sub-word mean, in passes over the windows until held-out windows stop gaining.
 - Contexts: windows of a corpus that use the words (at most `contexts_per_word` per token), or,
-  without a corpus, text the model generates after a few prompts per word (seeded).
+  without a corpus, text the model generates after a few prompts per word (seeded). The frozen
+  model runs over them once (`_teach`); both fits read that pass.
 
-Deterministic for a seed on one machine. The library never prints: progress goes to a callback.
+Only the fitting math lives here: loading, encoding, the packaged corpus and the device come from
+runtime.py and devices.py, as for validation. Deterministic for a seed on one machine. The
+library never prints: progress goes to a callback.
 """
 
 from __future__ import annotations
@@ -30,12 +38,14 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
+from .checks import KLCheck
 from .errors import InputError
+from .runtime import LoadedModel, ModelKind, context_length, encode, load_tokenizer, loaded_model, model_kind, read_corpus
+from .tokenizer import chat_samples
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +58,11 @@ Progress = Callable[[str, int, int], None]
 # 0.05 nats on held-out old text for both fixtures, tied and untied.
 DEFAULT_L2 = 0.3
 DEFAULT_OLD_TEXT_WEIGHT = 16.0
-OUTPUT_STARTS = ("mean", "subword-mean")
+OUTPUT_STARTS = ("mean", "subword-mean", "first-piece")
+# The held-out old-text KL's 99th percentile the shrink keeps (nats; at least the mean limit): the
+# figure the defaults above were chosen to keep on the fixtures. The mean's limit is --fit-kl-limit,
+# by default the mean-init bound log(1 + k/n).
+FIT_KL_P99 = 0.05
 SMALL_HIDDEN = 256  # narrower models run single-threaded on the CPU (see fit_rows)
 
 # Prompts of generated contexts; "{}" is the form (" Frodo" carries its space)
@@ -70,8 +84,12 @@ class FitOptions:
 
     corpus: str | None = None  # text that uses the words; None: generated contexts
     contexts_per_word: int = 8  # windows per new token, at most
-    context_tokens: int = 48  # tokens per window around an occurrence (capped by the model's positions)
-    input_steps: int = 100  # Adam steps of the input distillation
+    # Tokens per window around an occurrence (capped by the model's positions). On SmolLM2-135M with
+    # 100 words (bench/fitted_bench.py) 32 gave the bits per byte of 48 (x1.0126 vs x1.0124) in 30%
+    # of the time: the forward pass over the contexts is most of a kept-tied fit.
+    context_tokens: int = 32
+    input_steps: int | None = None  # Adam steps of the input distillation, at most (None: `passes` decide)
+    passes: int = 3  # passes over the windows, at most; a pass that gains < 1% on held-out windows stops it
     output_steps: int = 100  # L-BFGS iterations of the output fit
     batch_size: int = 8  # windows per distillation step
     lr: float = 0.1  # Adam step, relative to the rms of the old input rows
@@ -80,9 +98,11 @@ class FitOptions:
     # maximum likelihood of the new tokenization), "model" = p_old(pieces | prefix) (the old model is
     # right); default: corpus with a corpus, model for generated contexts.
     target: str | None = None
-    # Prior of the output rows: "mean" (keeps the KL near the mean-init bound) or "subword-mean"
-    # (a tied row must also serve as input: it stays near the pieces' mean, which reads well).
-    output_start: str = "mean"
+    # Prior of the output rows: "mean" (keeps the KL near the mean-init bound), "subword-mean"
+    # (a tied row must also serve as input: it stays near the pieces' mean, which reads well) or
+    # "first-piece" (the new token predicts like the piece it replaces at the word's start).
+    output_start: str = "subword-mean"
+    kl_limit: float | None = None  # held-out old-text KL mean the output rows are shrunk to; None: log(1 + k/n)
     old_text_tokens: int = 2048  # positions of packaged old text in the output objective (and as many held out)
     old_text_weight: float = DEFAULT_OLD_TEXT_WEIGHT  # weight of those positions' KL (the contexts' weigh 1)
     seed: int = 0
@@ -168,28 +188,19 @@ def find_runs(ids: list[int], tokens: list[FitToken]) -> list[Run]:
     return runs
 
 
-def _encode(tok, text: str) -> list[int]:
-    return list(tok(text, add_special_tokens=False, verbose=False).input_ids)
-
-
-def _prefix(tok) -> list[int]:
-    """What each window starts with (as validation does): the BOS token, else a newline."""
-    return [tok.bos_token_id] if tok.bos_token_id is not None else _encode(tok, "\n")
-
-
-def corpus_windows(text: str, tok, tokens: list[FitToken], length: int, per_token: int) -> list[Window]:
+def corpus_windows(text: str, tok, prefix: list[int], tokens: list[FitToken], length: int,
+                   per_token: int) -> list[Window]:
     """Windows of at most `length` tokens around the occurrences of new tokens in the paragraphs of
     `text`, in corpus order: each ends a quarter of `length` after an occurrence (the positions that
     follow it, which distillation matches) and starts as far before it as the length allows (its
     context). An occurrence whose token already has `per_token` windows, or that an earlier window
-    holds, adds none."""
-    prefix = _prefix(tok)
+    holds, adds none. Each window starts with `prefix` (the model's sequence start)."""
     span = max(2, length - len(prefix))
     after = span // 4
     counts = [0] * len(tokens)
     out = []
     for para in (p for p in text.split("\n\n") if p.strip()):
-        ids = _encode(tok, para)
+        ids = encode(tok, para)
         covered = 0  # paragraph ids before this are in the last window taken
         for r in find_runs(ids, tokens):
             if counts[r.j] >= per_token or r.start + r.length <= covered:
@@ -207,49 +218,37 @@ def corpus_windows(text: str, tok, tokens: list[FitToken], length: int, per_toke
     return out
 
 
-def _torch_device(device: str):
-    import torch
+def check_kind(src: Path) -> ModelKind:
+    """The checkpoint's kind, refused in one line unless fitted can run it (a causal LM).
 
-    from .init import resolve_device
-
-    d = resolve_device(device)
-    return torch.device("cpu") if d == "cpu" else d
+    Raises:
+        InputError: naming the model kind, what fitted supports and what to use instead.
+    """
+    kind = model_kind(src)
+    if kind.kind == "causal":
+        return kind
+    what = {"seq2seq": f"{kind.class_name} is a sequence-to-sequence model",
+            "masked": f"{kind.class_name} is a masked-LM encoder",
+            "encoder": f"{kind.class_name} is an encoder without a language-model head (e.g. a sentence-transformers body)"
+            }.get(kind.kind or "", kind.reason)
+    raise InputError(f"{src}: --init fitted supports causal (decoder-only) language models; {what}: "
+                     "use --init subword-mean (or mean)")
 
 
 class _Model:
-    """The frozen causal LM: hidden states (the output layer's input) and the old output rows."""
+    """The frozen causal LM, loaded by runtime.loaded_model: hidden states (the output layer's input),
+    the old output rows, and what each window starts with."""
 
-    def __init__(self, path: Path, device: str):
-        import torch
-        from transformers import AutoConfig, AutoModelForCausalLM
-
-        from .architectures import text_config
-        from .checkpoint import read_json
-
-        if not (path / "config.json").is_file():
-            raise InputError(f"{path}: no config.json; --init fitted needs a checkpoint transformers can load")
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.set_verbosity_error()  # the library never prints: no load reports or bars
-        hf_logging.disable_progress_bar()
-        cfg = AutoConfig.from_pretrained(path, trust_remote_code=False)
-        self.device = _torch_device(device)
-        dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
-        try:
-            self.model = AutoModelForCausalLM.from_pretrained(path, config=cfg, dtype=dtype,
-                                                              trust_remote_code=False).to(self.device)
-        except (ValueError, KeyError) as e:
-            raise InputError(f"{path}: --init fitted needs a causal language model transformers can build ({e}); "
-                             "use --init mean or subword-mean") from None
-        self.model.eval().requires_grad_(False)
+    def __init__(self, lm: LoadedModel, tok):
+        self.model = lm.model.requires_grad_(False)
         out = self.model.get_output_embeddings()
         self.W = out.weight.detach()  # (n, hidden)
         self.b = out.bias.detach() if getattr(out, "bias", None) is not None else None
         self.E = self.model.get_input_embeddings().weight.detach()  # (n, hidden)
         self.n = self.W.shape[0]
-        tc = text_config(read_json(path / "config.json"))
-        positions = [tc.get(k) for k in ("max_position_embeddings", "n_positions", "n_ctx")]
-        self.max_len = next((p for p in positions if isinstance(p, int) and p > 0), 2048)
+        self.device = lm.device
+        self.max_len = context_length(lm)
+        self.prefix = lm.prefix(tok)
         self._checked = False
 
     def hidden(self, ids, mask=None, embeds=None):
@@ -299,6 +298,11 @@ class _Teacher:
 
 
 def _teach(m: _Model, windows: list[Window], batch: int, say: Progress, stage: str = "model on contexts") -> _Teacher:
+    """The frozen model's pass over `windows`, once: what the fits read instead of running it again.
+
+    log Z is a float32 log-sum-exp over the vocabulary (its rounding, ~1e-7 relative, moves a KL by
+    as little), taken per window on its own positions: float64 logits of a batch of long windows
+    would be gigabytes (8 x 512 x 49,152 x 8 bytes)."""
     import torch
 
     t = _Teacher([], [], [])
@@ -309,14 +313,14 @@ def _teach(m: _Model, windows: list[Window], batch: int, say: Progress, stage: s
             m.check_linear_head(ids[:, :int(mask[0].sum())])
         with torch.no_grad():
             h = m.hidden(ids, mask)
-            z = m.logits(h).double()
-            lz = z.logsumexp(-1)
-            lp = z[:, :-1].gather(-1, ids[:, 1:, None])[..., 0] - lz[:, :-1]
-        for i, w in enumerate(part):
-            T = len(w.old)
-            t.h.append(h[i, :T].float().cpu())
-            t.logz.append(lz[i, :T].cpu())
-            t.lp_next.append(lp[i, :T - 1].cpu())
+            for i, w in enumerate(part):
+                T = len(w.old)
+                z = m.logits(h[i, :T])  # (T, n) float32
+                lz = z.logsumexp(-1)
+                lp = z[:-1].gather(-1, ids[i, 1:T, None])[..., 0] - lz[:-1]
+                t.h.append(h[i, :T].float().cpu())
+                t.logz.append(lz.double().cpu())
+                t.lp_next.append(lp.double().cpu())
         say(stage, min(s + batch, len(windows)), len(windows))
     return t
 
@@ -364,11 +368,11 @@ def _kl_new(h, logz, W, b_new):
 
 
 def _kl_figures(kl) -> dict:
-    kl = np.asarray(kl, dtype=np.float64)
-    if kl.size == 0:
+    """Mean, p99 and max of per-position KL, as validation's KL check computes them (KLCheck.measure)."""
+    if np.asarray(kl).size == 0:
         return {"positions": 0, "mean": None, "p99": None, "max": None}
-    return {"positions": int(kl.size), "mean": float(kl.mean()), "p99": float(np.quantile(kl, 0.99)),
-            "max": float(kl.max())}
+    c = KLCheck.measure(kl, bound=0.0, limit_mean=0.0, limit_p99=0.0)
+    return {"positions": c.positions, "mean": c.mean, "p99": c.p99, "max": c.max}
 
 
 def fit_output_rows(data: _OutputData, prior, b_new: float, l2: float, steps: int, say: Progress, device=None):
@@ -411,76 +415,115 @@ def fit_output_rows(data: _OutputData, prior, b_new: float, l2: float, steps: in
     return W.detach().double().cpu(), calls[0]
 
 
-def distill_input_rows(m: _Model, windows: list[Window], teacher: _Teacher, start, steps: int, batch: int,
-                       lr: float, seed: int, say: Progress):
+def distill_input_rows(m: _Model, windows: list[Window], teacher: _Teacher, start, steps: int | None, batch: int,
+                       lr: float, seed: int, say: Progress, passes: int = 3):
     """Input rows such that the model reading new tokens gives the hidden states it gives on their
-    pieces, at the aligned positions from the first new token on (MSE relative to |h|^2)."""
+    pieces, at the aligned positions from the first new token on (MSE relative to |h|^2).
+
+    Adam in passes over the windows (at most `passes`, and at most `steps` steps when given). Every
+    8th window (16 or more) is held out: after each pass its loss decides, and the rows of the best
+    pass are kept; the run stops when a pass improves the held-out loss by less than 1%.
+
+    Returns:
+        (rows (k, hidden) float64, a report: steps, passes, held-out loss per pass, skipped steps).
+    """
     import torch
 
     R = start.clone().float().to(m.device).requires_grad_(True)
     rms = float(m.E.float().pow(2).mean().sqrt())
     opt = torch.optim.Adam([R], lr=lr * rms)
     usable = [i for i, w in enumerate(windows) if w.runs]
-    if not usable or steps <= 0:
-        return R.detach().double().cpu(), 0.0
+    report = {"steps": 0, "passes": 0, "held_out_windows": 0, "held_out_loss": [], "final_loss": None,
+              "skipped_steps": 0}
+    if not usable or steps == 0:
+        return R.detach().double().cpu(), report
+    held = usable[::8] if len(usable) >= 16 else []
+    train = [i for i in usable if i not in set(held)]
+    per_pass = -(-len(train) // batch)
+    total = passes * per_pass if steps is None else min(steps, passes * per_pass)
     rng = np.random.default_rng(seed)
-    order: list[int] = []
     h2 = float(torch.cat([teacher.h[i] for i in usable]).pow(2).sum(-1).mean())
     pieces = [w.new_ids(m.n) for w in windows]
     aligned = [w.aligned() for w in windows]
-    loss_v = float("nan")
-    skipped = 0
-    for step in range(steps):
-        if len(order) < batch:
-            order += list(rng.permutation(usable))
-        part, order = order[:batch], order[batch:]
+
+    def batch_loss(part):
         ids, mask = _pad([pieces[i] for i in part], 0, m.device)
-        is_new = ids >= m.n
         emb = m.E[ids.clamp(max=m.n - 1)]
         # Only the new tokens' positions read R, through a one-hot product over those positions: the
         # backward of R[index] accumulates in a thread-dependent order (rows differed in the last bits
         # from run to run), and a product over every position would let a non-finite gradient at any
         # old position reach every row (0 * inf).
-        where = is_new.nonzero(as_tuple=True)
+        where = (ids >= m.n).nonzero(as_tuple=True)
         pick = torch.nn.functional.one_hot(ids[where] - m.n, R.shape[0]).to(R.dtype)  # (new positions, k)
         emb = emb.index_put(where, (pick @ R).to(emb.dtype))
         h = m.hidden(None, mask, embeds=emb).float()
-        loss = 0.0
-        count = 0
+        loss, count = 0.0, 0
         for b, i in enumerate(part):
             olds, news = aligned[i]
-            tgt = teacher.h[i][olds].to(m.device)
-            loss = loss + ((h[b, news] - tgt) ** 2).sum()
+            loss = loss + ((h[b, news] - teacher.h[i][olds].to(m.device)) ** 2).sum()
             count += len(olds)
-        loss = loss / (count * h2)
-        opt.zero_grad()
-        loss.backward()
-        if torch.isfinite(loss) and torch.isfinite(R.grad).all():
-            opt.step()
-            loss_v = float(loss.detach())
-        else:  # an overflow in this batch: skip it rather than poison the rows
-            skipped += 1
-        say("input rows", step + 1, steps)
-    if skipped:
-        logger.warning("input distillation: %d of %d steps skipped (non-finite loss or gradient)", skipped, steps)
-    rows = R.detach().double().cpu()
+        return loss / (count * h2)
+
+    def held_loss() -> float:
+        with torch.no_grad():
+            return float(sum(float(batch_loss(held[s:s + batch])) * len(held[s:s + batch])
+                             for s in range(0, len(held), batch)) / len(held))
+
+    best = held_loss() if held else None
+    best_R = R.detach().clone()
+    if held:
+        report["held_out_loss"].append(best)
+    report["held_out_windows"] = len(held)
+    step = 0
+    while step < total:
+        order = list(rng.permutation(train))
+        for s in range(0, len(order), batch):
+            if step >= total:
+                break
+            loss = batch_loss(order[s:s + batch])
+            opt.zero_grad()
+            loss.backward()
+            if torch.isfinite(loss) and torch.isfinite(R.grad).all():
+                opt.step()
+                report["final_loss"] = float(loss.detach())
+            else:  # an overflow in this batch: skip it rather than poison the rows
+                report["skipped_steps"] += 1
+            step += 1
+            say("input rows", step, total)
+        report["passes"] += 1
+        if not held:
+            best_R = R.detach().clone()
+            continue
+        now = held_loss()
+        report["held_out_loss"].append(now)
+        if now < best:
+            best_R, gain, best = R.detach().clone(), (best - now) / best, now
+            if gain >= 0.01:
+                continue
+        break  # converged (or worse): the best pass's rows stand
+    say("input rows", total, total)
+    report["steps"] = step
+    if report["skipped_steps"]:
+        logger.warning("input distillation: %d of %d steps skipped (non-finite loss or gradient)",
+                       report["skipped_steps"], step)
+    rows = best_R.double().cpu()
     bad = ~torch.isfinite(rows).all(1)
     if bad.any():  # never write a non-finite row: keep the start (the sub-word mean) for those
         logger.warning("input distillation: %d row(s) not finite; they keep the sub-word mean", int(bad.sum()))
         rows[bad] = start.double().cpu()[bad]
-    return rows, loss_v
+    return rows, report
 
 
 def generated_windows(m: _Model, tok, tokens: list[FitToken], opts: FitOptions, say: Progress) -> list[Window]:
     """Contexts the model writes itself: each form in a few prompts, continued by seeded sampling."""
     import torch
 
-    prefix = _prefix(tok)
+    prefix = m.prefix
     prompts = []
     for t in tokens:
         templates = SPACE_PROMPTS if t.form.startswith(" ") else BARE_PROMPTS
         for p in templates[:opts.prompts_per_word]:
-            prompts.append(prefix + _encode(tok, p.format(t.form)))
+            prompts.append(prefix + encode(tok, p.format(t.form)))
     eos = tok.eos_token_id
     pad = tok.pad_token_id if tok.pad_token_id is not None else (eos if eos is not None else 0)
     gen = torch.Generator(device="cpu").manual_seed(opts.seed)
@@ -512,21 +555,30 @@ def generated_windows(m: _Model, tok, tokens: list[FitToken], opts: FitOptions, 
     return out
 
 
-def _old_text_windows(tok, length: int, max_tokens: int) -> tuple[list[Window], list[Window]]:
-    """The packaged corpus, in windows: even paragraphs for the objective, odd ones held out for the report."""
-    text = resources.files("vocabsurgeon").joinpath("data/corpus.txt").read_text(encoding="utf-8")
-    prefix = _prefix(tok)
-    step = max(1, length - len(prefix))
+def old_text_windows(tok, prefix: list[int], length: int, held_length: int, max_tokens: int,
+                     chats: list[str] = ()) -> tuple[list[Window], list[Window]]:
+    """Old text in windows, as (for the objective, held out): the packaged corpus's even paragraphs
+    in windows of `length` for the objective, its odd ones in windows of `held_length` (validation's
+    window: the model's context, at most runtime.MAX_WINDOW) for the held-out measure, plus the
+    chat-template samples (held out). Up to `max_tokens` corpus tokens each.
+
+    KL(p_old || p_new) = log(1 + sum_j exp(s_j) / Z) at every position, whatever follows it, so
+    paragraphs that happen to use a new word stay in: the held-out figure is validation's figure."""
+    text, _ = read_corpus(None)
     halves: tuple[list[Window], list[Window]] = ([], [])
     used = [0, 0]
+    for c in chats:  # a rendered conversation is already whole: its own special tokens, no prefix
+        halves[1].append(Window(encode(tok, c)[:held_length], []))
     for i, para in enumerate(p for p in text.split("\n\n") if p.strip()):
-        ids = _encode(tok, para)
+        half = i % 2
+        step = max(1, (length if half == 0 else held_length) - len(prefix))
+        ids = encode(tok, para)
         for s in range(0, len(ids), step):
-            if used[i % 2] >= max_tokens:
+            if used[half] >= max_tokens:
                 break
             part = ids[s:s + step]
-            halves[i % 2].append(Window(prefix + part, []))
-            used[i % 2] += len(part)
+            halves[half].append(Window(prefix + part, []))
+            used[half] += len(part)
     return halves
 
 
@@ -574,35 +626,81 @@ def fit_rows(src: str | Path, tokens: list[FitToken], roles: set[str], options: 
     opts = options or FitOptions()
     if (opts.target or "corpus") not in ("corpus", "model"):
         raise InputError(f"fit target {opts.target!r} is not one of corpus, model")
+    if opts.output_start not in OUTPUT_STARTS:
+        raise InputError(f"fit output start {opts.output_start!r} is not one of {', '.join(OUTPUT_STARTS)}")
+    if opts.kl_limit is not None and not (math.isfinite(opts.kl_limit) and opts.kl_limit >= 0):
+        raise InputError(f"--fit-kl-limit {opts.kl_limit}: must be a finite number of nats >= 0")
     say = progress or (lambda stage, done, total: None)
     src = Path(src)
     t0 = time.perf_counter()
+    kind = check_kind(src)
+    tok = load_tokenizer(src)
     torch.manual_seed(opts.seed)
-    m = _Model(src, opts.device)
     threads = torch.get_num_threads()
-    if m.device.type == "cpu" and m.E.shape[1] < SMALL_HIDDEN:
-        # Matrices this narrow gain nothing from intra-op threads, and on a busy machine the OpenMP
-        # spin-waits cost 30x (measured: 20 distillation steps of llama-tiny, 0.7 s on 1 thread, 21 s on 2)
-        torch.set_num_threads(1)
-    try:
-        return _fit_loaded(m, src, tokens, roles, opts, say, t0)
-    finally:
-        torch.set_num_threads(threads)
+    with loaded_model(src, opts.device, kind, remedy="use --init mean or subword-mean") as lm:
+        m = _Model(lm, tok)
+        if m.device.type == "cpu" and m.E.shape[1] < SMALL_HIDDEN:
+            # Matrices this narrow gain nothing from intra-op threads, and on a busy machine the OpenMP
+            # spin-waits cost 30x (measured: 20 distillation steps of llama-tiny, 0.7 s on 1 thread, 21 s on 2)
+            torch.set_num_threads(1)
+        try:
+            return _fit_loaded(m, src, tok, tokens, roles, opts, say, t0)
+        finally:
+            torch.set_num_threads(threads)
 
 
-def _fit_loaded(m: _Model, src: Path, tokens: list[FitToken], roles: set[str], opts: FitOptions, say: Progress,
-         t0: float) -> FitResult:
+def output_prior(start: str, W, tokens: list[FitToken]):
+    """(k, hidden) float64 rows the output fit starts from and is pulled toward (see OUTPUT_STARTS)."""
     import torch
-    from transformers import AutoTokenizer
+
+    W64 = W.double().cpu()
+    mean = W64.mean(0)
+    if start == "mean" or not tokens:
+        return mean.expand(len(tokens), W64.shape[1]).clone()
+    if start == "first-piece":
+        return torch.stack([W64[t.pieces[0]] if t.pieces else mean for t in tokens])
+    return torch.stack([W64[list(t.pieces)].mean(0) if t.pieces else mean for t in tokens])
+
+
+def shrink_to_limit(h, logz, W, M, b_new: float, limit_mean: float, limit_p99: float, iters: int = 30):
+    """The largest a in [0, 1] such that the rows M + a (W - M) keep the old-text KL at positions
+    (h, logz) within both limits (mean, 99th percentile); and the per-position KL at that a.
+
+    M are the mean-init rows: at a = 0 every position's KL is at most log(1 + k/n) (Jensen:
+    exp(h . mean row) <= Z / n), so a = 0 meets any limit at or above that bound. KL need not be
+    monotone in a, so bisection keeps an end that meets the limits (lo) and one that does not (hi).
+    """
+    def kl_at(a: float):
+        return _kl_new(h, logz, M + a * (W - M), b_new).numpy()
+
+    def meets(kl) -> bool:
+        return kl.size == 0 or (float(kl.mean()) <= limit_mean and float(np.quantile(kl, 0.99)) <= limit_p99)
+
+    kl = kl_at(1.0)
+    if meets(kl):
+        return 1.0, kl
+    lo, hi, kl_lo = 0.0, 1.0, kl_at(0.0)
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        kl = kl_at(mid)
+        if meets(kl):
+            lo, kl_lo = mid, kl
+        else:
+            hi = mid
+    return lo, kl_lo
+
+
+def _fit_loaded(m: _Model, src: Path, tok, tokens: list[FitToken], roles: set[str], opts: FitOptions, say: Progress,
+                t0: float) -> FitResult:
+    import torch
 
     target = opts.target or ("corpus" if opts.corpus is not None else "model")
-    tok = AutoTokenizer.from_pretrained(src)
     length = max(8, min(opts.context_tokens, m.max_len))
     bounds = ("contexts_per_word", "context_tokens", "input_steps", "output_steps", "batch_size", "seed")
     report: dict = {"method": "fitted", "roles": sorted(roles), **{k: getattr(opts, k) for k in bounds}}
     if opts.corpus is not None:
         text, sha = _corpus_id(opts.corpus)
-        windows = corpus_windows(text, tok, tokens, length, opts.contexts_per_word)
+        windows = corpus_windows(text, tok, m.prefix, tokens, length, opts.contexts_per_word)
         report["contexts"] = {"source": "corpus", "name": Path(opts.corpus).name, "sha256": sha}
     else:
         windows = generated_windows(m, tok, tokens, opts, say)
@@ -619,22 +717,21 @@ def _fit_loaded(m: _Model, src: Path, tokens: list[FitToken], roles: set[str], o
     report["contexts"].update({"windows": len(windows), "occurrences": sum(occurrences),
                                "tokens_without_context": missing[:20], "n_tokens_without_context": len(missing)})
 
-    k, d = len(tokens), m.E.shape[1]
-    E64 = m.E.double().cpu()
-    sub = torch.stack([E64[list(t.pieces)].mean(0) if t.pieces else E64.mean(0) for t in tokens]) if k else \
-        torch.zeros((0, d), dtype=torch.float64)
+    k = len(tokens)
+    sub = output_prior("subword-mean", m.E, tokens)  # the input rows' start
     teacher = _teach(m, windows, opts.batch_size, say) if windows else _Teacher([], [], [])
     result = FitResult(None, None, report)
     if "input" in roles:
         t1 = time.perf_counter()
-        rows, loss = distill_input_rows(m, windows, teacher, sub, opts.input_steps, opts.batch_size, opts.lr,
-                                        opts.seed, say)
+        rows, distilled = distill_input_rows(m, windows, teacher, sub, opts.input_steps, opts.batch_size, opts.lr,
+                                             opts.seed, say, opts.passes)
         result.input_rows = rows.numpy()
-        report["input"] = {"start": "subword-mean", "steps": opts.input_steps, "final_loss": loss,
+        report["input"] = {"start": "subword-mean", "max_passes": opts.passes, **distilled,
                            "seconds": round(time.perf_counter() - t1, 3)}
     if "output" in roles:
         t1 = time.perf_counter()
-        fit_old, held_old = _old_text_windows(tok, length, opts.old_text_tokens)
+        chats = chat_samples(src)
+        fit_old, held_old = old_text_windows(tok, m.prefix, length, m.max_len, opts.old_text_tokens, chats)
         old_teacher = _teach(m, fit_old, opts.batch_size, say, "model on old text") if fit_old else _Teacher([], [], [])
         data = _output_data(windows + fit_old, _Teacher(teacher.h + old_teacher.h, teacher.logz + old_teacher.logz,
                                                         teacher.lp_next + old_teacher.lp_next), target)
@@ -642,32 +739,40 @@ def _fit_loaded(m: _Model, src: Path, tokens: list[FitToken], roles: set[str], o
                                  torch.full((sum(len(w.old) for w in fit_old),), opts.old_text_weight,
                                             dtype=torch.float64)])
         b_new = float(m.b.double().mean()) if m.b is not None else 0.0
-        mean_row = m.W.double().cpu().mean(0)
-        prior = mean_row.expand(k, d).clone()
-        if opts.output_start == "subword-mean":
-            W64 = m.W.double().cpu()
-            prior = torch.stack([W64[list(t.pieces)].mean(0) if t.pieces else mean_row for t in tokens])
-        if opts.output_start not in OUTPUT_STARTS:
-            raise InputError(f"fit output start {opts.output_start!r} is not one of {', '.join(OUTPUT_STARTS)}")
+        mean_rows = output_prior("mean", m.W, tokens)
+        prior = output_prior(opts.output_start, m.W, tokens)
         l2 = opts.l2 if opts.l2 is not None else DEFAULT_L2
         W, calls = fit_output_rows(data, prior, b_new, l2, opts.output_steps, say, m.device)
         bad = ~torch.isfinite(W).all(1)
         if bad.any():  # never write a non-finite row
             logger.warning("output fit: %d row(s) not finite; they keep the %s row", int(bad.sum()), opts.output_start)
             W[bad] = prior[bad]
-        result.output_rows = W.numpy()
         held = _teach(m, held_old, opts.batch_size, say, "held-out old text") if held_old else _Teacher([], [], [])
+        bound = math.log1p(k / m.n)
+        limit_mean = opts.kl_limit if opts.kl_limit is not None else bound
+        limit_p99 = max(FIT_KL_P99, limit_mean)
         with torch.no_grad():
-            kl_held = (_kl_new(torch.cat(held.h).double(), torch.cat(held.logz), W, b_new).numpy()
-                       if held.h else np.zeros(0))
-            kl_mean_init = (_kl_new(torch.cat(held.h).double(), torch.cat(held.logz), mean_row.expand(k, d), b_new).numpy()
-                            if held.h else np.zeros(0))
+            if held.h:
+                h_held, z_held = torch.cat(held.h).double(), torch.cat(held.logz)
+                kl_fit = _kl_new(h_held, z_held, W, b_new).numpy()
+                a, kl_held = shrink_to_limit(h_held, z_held, W, mean_rows, b_new, limit_mean, limit_p99)
+                kl_mean_init = _kl_new(h_held, z_held, mean_rows, b_new).numpy()
+            else:
+                kl_fit = kl_held = kl_mean_init = np.zeros(0)
+                a = 1.0
+        if a < 1.0:
+            W = mean_rows + a * (W - mean_rows)
+            logger.info("output rows shrunk toward the mean row (a = %.3f) to keep the old-text KL within the limit", a)
+        result.output_rows = W.numpy()
+        text = "packaged corpus, odd paragraphs (not fitted on)" + (f", {len(chats)} chat-template samples"
+                                                                    if chats else "")
         report["output"] = {"start": opts.output_start, "target": target, "l2": l2,
                             "old_text_weight": opts.old_text_weight, "lbfgs_evaluations": calls,
                             "positions": int(data.h.shape[0]), "word_positions": int(data.q.numel()),
                             "seconds": round(time.perf_counter() - t1, 3),
-                            "old_text_kl": {"text": "packaged corpus, odd paragraphs (not fitted on)",
-                                            **_kl_figures(kl_held), "bound": math.log1p(k / m.n),
+                            "shrink": {"a": a, "limit_mean": limit_mean, "limit_p99": limit_p99},
+                            "old_text_kl": {"text": text, **_kl_figures(kl_held), "bound": bound,
+                                            "before_shrink": _kl_figures(kl_fit),
                                             "mean_init": _kl_figures(kl_mean_init)}}
     report["seconds"] = round(time.perf_counter() - t0, 3)
     logger.info("fitted %d rows (%s) in %.1f s", k, ", ".join(sorted(roles)), report["seconds"])

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
 from .checkpoint import DTYPE_SIZES
+from .devices import resolve_device  # noqa: F401  (surgery and compare resolve --device through init)
 from .errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -61,26 +61,6 @@ class RowStats:
     n: int
     mean: np.ndarray  # (hidden,)
     cov: np.ndarray | None = None  # (hidden, hidden), population covariance (divided by n)
-
-
-def resolve_device(device: str):
-    """"auto" picks CUDA when torch sees a GPU, else "cpu"; "cuda" without a GPU is a clear error.
-
-    Returns a torch.device for CUDA, or the string "cpu" (without importing torch when it can).
-    """
-    if device == "cpu":
-        return "cpu"
-    if device not in ("auto",) and not device.startswith("cuda"):
-        raise InputError(f"--device {device!r} is not one of auto, cpu, cuda")
-    if device == "auto" and not os.path.exists("/proc/driver/nvidia") and not os.path.exists("/dev/nvidiactl"):
-        return "cpu"  # no NVIDIA driver: skip importing torch (over a second) just to learn that
-    import torch
-
-    if torch.cuda.is_available():
-        return torch.device("cuda" if device == "auto" else device)
-    if device == "auto":
-        return "cpu"
-    raise InputError("--device cuda was asked for but no CUDA device is available; use --device cpu or auto")
 
 
 def _is_cuda(device) -> bool:
@@ -301,8 +281,8 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy("subword-mean", subword_mean, False,
                  "the mean of the rows of the word's pieces under the original tokenizer (FVT)"),
         Strategy("fitted", fitted, False,
-                 "fitted from forward passes of the frozen model: output rows by a convex, KL-penalized fit, "
-                 "input rows by distillation (see fitted.py)", needs_model=True),
+                 "fitted from forward passes of the frozen model: output rows by a convex, KL-penalized fit "
+                 "shrunk to the mean-init KL bound, input rows by distillation (see fitted.py)", needs_model=True),
         Strategy("zeros", zeros, False,
                  "all zeros: logit 0, dangerous when the model's logits are large and negative", averages=False,
                  constant=True),

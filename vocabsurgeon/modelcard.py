@@ -236,6 +236,14 @@ def _fitted_section(summary: dict) -> list[str]:
         lines.append(f"| output fit | {o['lbfgs_evaluations']} L-BFGS evaluations from the {o['start']} row, "
                      f"L2 {o['l2']}, target {o['target']} |")
         if kl.get("mean") is not None:
+            before = kl.get("before_shrink") or {}
+            if before.get("mean") is not None:
+                lines.append(f"| old-text KL as fitted (held-out) | mean {before['mean']:.3g}, p99 {before['p99']:.3g}, "
+                             f"max {before['max']:.3g} nats |")
+            shrink = o.get("shrink") or {}
+            if shrink:
+                lines.append(f"| shrink toward the mean row | a = {shrink['a']:.3g} (limits: mean "
+                             f"{shrink['limit_mean']:.3g}, p99 {shrink['limit_p99']:.3g} nats) |")
             lines.append(f"| old-text KL (held-out) | mean {kl['mean']:.3g}, p99 {kl['p99']:.3g}, max {kl['max']:.3g} "
                          f"nats; bound log(1 + k/n) = {kl['bound']:.3g} |")
     lines += [f"| fitting time | {f.get('seconds')} s |", ""]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .devices import check_device, resolve_device  # noqa: F401  (check_device: cli and validate take it from here)
 from .errors import InputError
 from .encoding import unpadded
 
@@ -61,13 +62,6 @@ def read_corpus(path: str | os.PathLike | None = None) -> tuple[str, str]:
     return text, str(p)
 
 
-def check_device(device: str) -> None:
-    """Refuse a --device that is none of auto, cpu, cuda[:N], before any work (torch not imported)."""
-    if device in ("auto", "cpu") or device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit()):
-        return
-    raise InputError(f"--device {device!r} is not one of auto, cpu, cuda (or cuda:N)")
-
-
 def _quiet_transformers() -> None:
     from transformers.utils import logging as hf_logging
 
@@ -92,18 +86,6 @@ def load_tokenizer(path: str | os.PathLike):
     if backend is not None:
         unpadded(backend)  # what a tokenizer.json ships (sentence-transformers: Fixed 128) is not ours to apply
     return tok
-
-
-def resolve_torch_device(device: str = "auto") -> str:
-    """"auto" is CUDA when torch sees a GPU, else "cpu"; asking for "cuda" without one is an error."""
-    import torch
-
-    check_device(device)
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise InputError("--device cuda was asked for but no CUDA device is available; use --device cpu or auto")
-    return device
 
 
 # ---------------------------------------------------------------- what the model computes
@@ -290,13 +272,15 @@ class LoadedModel:
 
 
 @contextlib.contextmanager
-def loaded_model(path: str | os.PathLike, device: str = "auto", kind: ModelKind | None = None) -> Iterator[LoadedModel]:
+def loaded_model(path: str | os.PathLike, device: str = "auto", kind: ModelKind | None = None,
+                 remedy: str = "Pass --no-validate to skip the checks") -> Iterator[LoadedModel]:
     """Load a checkpoint for evaluation with its own transformers class, yield it, then free its memory.
 
     On a GPU the checkpoint's own dtype is kept and accelerate's `device_map="auto"` spreads the
     model over the GPUs, RAM and disk; on the CPU it runs in float32 (fast and exact there), still
     through `device_map="auto"` when accelerate is installed, so a model bigger than RAM is
-    offloaded to disk. `trust_remote_code` is never used.
+    offloaded to disk. `trust_remote_code` is never used. `remedy` ends the error messages: what
+    the user can do instead (validation: skip the checks; --init fitted: another init).
 
     Raises:
         InputError: transformers cannot build the checkpoint, or leaves some of its weights
@@ -311,9 +295,9 @@ def loaded_model(path: str | os.PathLike, device: str = "auto", kind: ModelKind 
     kind = kind or model_kind(path)
     if kind.kind is None:
         raise InputError(f"{path}: {kind.reason}; validation needs a model class known to transformers "
-                         "(remote code is never run). Pass --no-validate to skip the checks")
+                         f"(remote code is never run). {remedy}")
     cls = getattr(transformers, kind.class_name)
-    dev = resolve_torch_device(device)
+    dev = resolve_device(device)
     kwargs: dict = {"trust_remote_code": False, "dtype": "auto" if dev.startswith("cuda") else torch.float32}
     with tempfile.TemporaryDirectory(prefix="vocabsurgeon-offload-") as offload:
         if importlib.util.find_spec("accelerate") is not None:
@@ -322,8 +306,7 @@ def loaded_model(path: str | os.PathLike, device: str = "auto", kind: ModelKind 
             model, info = cls.from_pretrained(str(path), output_loading_info=True, **kwargs)
         except Exception as e:  # missing weights, out of memory...
             raise InputError(
-                f"{path}: transformers cannot load it as {kind.class_name} ({type(e).__name__}: {e}); "
-                "Pass --no-validate to skip the checks"
+                f"{path}: transformers cannot load it as {kind.class_name} ({type(e).__name__}: {e}); {remedy}"
             ) from None
         missing = sorted(info.get("missing_keys") or [])
         if missing:  # e.g. a sentence-transformers body without BERT's pooler: harmless for what is compared

@@ -1,0 +1,60 @@
+"""The domain of the fitting benches: Python's standard-library documentation, and the words `suggest` picks from it.
+
+A user adapting a model to a domain has text of it and asks `vocabsurgeon suggest` for the words
+that save the most tokens. Here the text is the docstrings of 40 standard-library modules (real
+English technical prose, the same on every machine with the same Python), in paragraphs; every
+third paragraph is held out (never seen by the fit), the rest is the fit corpus (`--fit-corpus`),
+and the words are `suggest`'s top N on the fit corpus. Python's version is part of the recipe
+(docstrings change between releases): the benches record it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+MODULES = ("argparse", "asyncio", "collections", "concurrent.futures", "contextlib", "csv", "dataclasses",
+           "datetime", "decimal", "email", "enum", "fractions", "functools", "gettext", "hashlib", "heapq",
+           "http.client", "imaplib", "inspect", "ipaddress", "itertools", "json", "logging", "mailbox",
+           "multiprocessing", "pathlib", "pickle", "pydoc", "re", "shutil", "socket", "sqlite3", "ssl",
+           "statistics", "subprocess", "tarfile", "threading", "typing", "unittest", "urllib.request",
+           "zipfile")
+
+
+def paragraphs() -> list[str]:
+    """The docstrings' paragraphs of 200 characters or more, in module and member order, deduplicated."""
+    seen, out = set(), []
+    for name in MODULES:
+        mod = importlib.import_module(name)
+        for _, obj in [("", mod)] + inspect.getmembers(mod):
+            doc = inspect.getdoc(obj) if obj is mod or getattr(obj, "__module__", "") == name else None
+            for p in (doc or "").split("\n\n"):
+                p = " ".join(p.split())
+                if len(p) >= 200 and p not in seen and ">>>" not in p:
+                    seen.add(p)
+                    out.append(p)
+    return out
+
+
+def build(work: Path, ckpt: Path, words: int) -> tuple[Path, Path, Path]:
+    """(fit corpus, held-out text, tokens file) under `work`: the corpus split 2:1 by paragraph, and
+    `suggest`'s top `words` on the fit part for `ckpt`'s tokenizer."""
+    work.mkdir(parents=True, exist_ok=True)
+    paras = paragraphs()
+    fit, held = work / "domain-fit.txt", work / "domain-held.txt"
+    fit.write_text("\n\n".join(p for i, p in enumerate(paras) if i % 3 != 2) + "\n", encoding="utf-8")
+    held.write_text("\n\n".join(p for i, p in enumerate(paras) if i % 3 == 2) + "\n", encoding="utf-8")
+    tokens = work / f"domain-words-{ckpt.name}-{words}.txt"
+    subprocess.run([sys.executable, "-m", "vocabsurgeon", "suggest", "-q", str(ckpt), "--corpus", str(fit),
+                    "--top", str(words), "--min-count", "2", "-o", str(tokens)], check=True)
+    return fit, held, tokens
+
+
+def recipe() -> str:
+    return f"docstrings of {len(MODULES)} stdlib modules, Python {platform.python_version()}"
