@@ -6,7 +6,7 @@ import functools
 from pathlib import Path
 
 import pytest
-from test_tokenizer_hub import _tokenizer
+from builders import family_tokenizer as _tokenizer
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from vocabsurgeon.errors import InputError

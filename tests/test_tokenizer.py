@@ -22,11 +22,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from click.testing import CliRunner
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, pre_tokenizers
 from transformers import (AutoModelForCausalLM, AutoTokenizer, BertTokenizer, LlamaConfig, LlamaForCausalLM,
                           PreTrainedTokenizerFast)
 
-from builders import SPECIAL, bytelevel_tokenizer, training_text
+from builders import OLD_TEXTS, SPECIAL, bytelevel_tokenizer, make_tokenizer, tiny_checkpoint, training_text
 from conftest import FIXTURES
 from vocabsurgeon.cli import cli
 from vocabsurgeon.errors import InputError
@@ -34,11 +34,6 @@ from vocabsurgeon.families.pieces import byte_level, parts_of
 from vocabsurgeon.tokenizer import GAP_PIECE, TokenizerEditor, verify_tokenizer
 
 WORDS = ["mithril", "Frodo", "Lothlorien", "Éowyn"]
-OLD_TEXTS = [
-    "The parser returns a list of strings, and the caller joins them with spaces.",
-    "Return a new list of the items (sorted in ascending order); raise an error if it is empty!",
-    "It's 42% faster: don't use os.path here.",
-]
 NEW_TEXTS = [
     "{0} is light, and {1} knew it.",  # sentence-initial, before punctuation
     "They said {0}, and {0} again: {0}.",  # after a space, before "," ":" "."
@@ -51,87 +46,8 @@ NEW_TEXTS = [
 # Tokenizers of each family, trained once per session
 
 
-def _special_ids(vocab_size, specials):
-    return dict(vocab_size=vocab_size, special_tokens=specials, show_progress=False)
-
-
-@functools.lru_cache(maxsize=None)
-def _sp_bpe_parts() -> tuple[dict, list]:
-    """Vocab and merges of a Llama-2 style BPE: "▁" word starts, byte fallback."""
-    tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True)
-    specials = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)]
-    tok.train_from_iterator(training_text(), trainers.BpeTrainer(**_special_ids(700, specials)))
-    model = json.loads(tok.to_str())["model"]
-    return model["vocab"], [tuple(m) for m in model["merges"]]
-
-
-@functools.lru_cache(maxsize=None)
-def _unigram_json() -> str:
-    tok = Tokenizer(models.Unigram())
-    tok.normalizer = normalizers.NFKC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")]
-    )
-    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
-    trainer = trainers.UnigramTrainer(vocab_size=600, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>",
-                                      show_progress=False)
-    tok.train_from_iterator(training_text(), trainer)
-    return tok.to_str()
-
-
-@functools.lru_cache(maxsize=None)
-def _wordpiece_vocab(lowercase: bool) -> dict:
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tok.train_from_iterator(training_text(), trainers.WordPieceTrainer(**_special_ids(600, specials)))
-    return json.loads(tok.to_str())["model"]["vocab"]
-
-
-def make_tokenizer(name: str):
-    """A transformers tokenizer of one family, as a real checkpoint of that family ships it."""
-    import transformers as T
-
-    if name == "byte-level":  # Llama 3 style: tokenizer.json loaded as written
-        return bytelevel_tokenizer(600)
-    if name == "byte-level-gpt2":  # GPT-2 / Qwen style: a class that rebuilds from vocab + merges
-        data = json.loads(bytelevel_tokenizer(600).backend_tokenizer.to_str())["model"]
-        return T.GPT2Tokenizer(vocab=data["vocab"], merges=[tuple(m) for m in data["merges"]],
-                               unk_token=SPECIAL, bos_token=SPECIAL, eos_token=SPECIAL)
-    if name == "sp-bpe":  # Llama 2 / Mistral: LlamaTokenizer
-        vocab, merges = _sp_bpe_parts()
-        return T.LlamaTokenizer(vocab=vocab, merges=merges)
-    if name == "sp-bpe-file":  # the same tokenizer.json, loaded as written
-        vocab, merges = _sp_bpe_parts()
-        return PreTrainedTokenizerFast(tokenizer_object=T.LlamaTokenizer(vocab=vocab, merges=merges).backend_tokenizer,
-                                       bos_token="<s>", eos_token="</s>", unk_token="<unk>")
-    if name == "unigram":  # T5: T5Tokenizer rebuilds from the (piece, score) list
-        vocab = [tuple(p) for p in json.loads(_unigram_json())["model"]["vocab"]]
-        return T.T5Tokenizer(vocab=vocab, extra_ids=4)
-    if name == "unigram-file":
-        return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(_unigram_json()),
-                                       eos_token="</s>", unk_token="<unk>", pad_token="<pad>")
-    if name in ("wordpiece-cased", "wordpiece-uncased"):
-        lower = name.endswith("uncased")
-        return T.BertTokenizer(vocab=_wordpiece_vocab(lower), do_lower_case=lower)
-    raise KeyError(name)
-
-
 FAMILIES = ["byte-level", "byte-level-gpt2", "sp-bpe", "sp-bpe-file", "unigram", "unigram-file",
             "wordpiece-cased", "wordpiece-uncased"]
-
-
-def tiny_checkpoint(path: Path, tok, extra_rows: int = 0) -> Path:
-    """A tiny tied Llama saved with `tok`; `extra_rows` past the tokenizer (padding or reserved rows)."""
-    n = max(tok.get_vocab().values()) + 1
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=n + extra_rows, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
-    LlamaForCausalLM(cfg).eval().save_pretrained(path)
-    tok.save_pretrained(path)
-    return Path(path)
 
 
 @pytest.fixture(scope="session")

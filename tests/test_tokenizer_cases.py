@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from builders import bytelevel_tokenizer
 from click.testing import CliRunner
-from test_tokenizer import make_tokenizer, tiny_checkpoint
+from builders import bytelevel_tokenizer, make_tokenizer, tiny_checkpoint
 from tokenizers import Tokenizer, pre_tokenizers
 
 from vocabsurgeon.cli import cli

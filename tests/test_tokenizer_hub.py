@@ -19,9 +19,9 @@ from builders import training_text
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_tokenizer import OLD_TEXTS, _sp_bpe_parts, make_tokenizer, tiny_checkpoint
-from tokenizers import SentencePieceBPETokenizer, Tokenizer
-from transformers import AutoTokenizer, PreTrainedTokenizerFast
+from builders import OLD_TEXTS, family_tokenizer as _tokenizer, sp_bpe_meta as _sp_bpe_meta, tiny_checkpoint
+from tokenizers import Tokenizer
+from transformers import AutoTokenizer
 
 from vocabsurgeon.cli import cli
 from vocabsurgeon.tokenizer import (
@@ -53,49 +53,6 @@ ALL_WORDS = [w for ws in CATEGORIES.values() for w in ws]
 # Made-up words over the same scripts and symbols, for what the lists above do not think of.
 DRAWN = st.text(alphabet="abcXYZéüßø°µ²±%-_:=.()«»’'0123456789абвЖשלוםمرح東京大학😀🏽\u200d", min_size=1, max_size=7).filter(
     lambda w: w.strip() == w)
-
-
-def _metaspace_bpe() -> PreTrainedTokenizerFast:
-    """SentencePiece BPE as the tokenizers library trains it: Metaspace pre-tokenizer and decoder, no byte fallback."""
-    sp = SentencePieceBPETokenizer()
-    sp.train_from_iterator(training_text(), vocab_size=600, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False)
-    return PreTrainedTokenizerFast(tokenizer_object=sp._tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
-
-
-def _sp_bpe_meta() -> PreTrainedTokenizerFast:
-    """Llama 2's tokenizer.json as Meta ships it: the "▁" written by a Prepend + Replace normalizer, no
-    pre-tokenizer, byte fallback, and a decoder that strips the first space (the class is set in
-    `_tokenizer_dir`: LlamaTokenizer with legacy true, as in Meta's tokenizer_config.json)."""
-    from tokenizers import decoders, models, normalizers
-
-    vocab, merges = _sp_bpe_parts()
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=list(merges), byte_fallback=True, fuse_unk=True, unk_token="<unk>"))
-    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
-    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
-                                     decoders.Strip(" ", 1, 0)])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
-
-
-def _sp_bpe_gemma() -> PreTrainedTokenizerFast:
-    """Gemma 2/3's layout: a Replace(" ", "▁") normalizer (no "▁" prepended), a Split(" ") pre-tokenizer
-    (merged with the previous piece), byte fallback, a decoder without Strip; class GemmaTokenizer."""
-    from tokenizers import decoders, models, normalizers
-    from tokenizers import pre_tokenizers as pt
-
-    vocab, merges = _sp_bpe_parts()
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=list(merges), byte_fallback=True, fuse_unk=True, unk_token="<unk>"))
-    tok.normalizer = normalizers.Replace(" ", "▁")
-    tok.pre_tokenizer = pt.Split(" ", "merged_with_previous")
-    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
-
-
-def _tokenizer(family: str):
-    if family == "sp-bpe-meta":
-        return _sp_bpe_meta()
-    if family == "sp-bpe-gemma":
-        return _sp_bpe_gemma()
-    return _metaspace_bpe() if family == "metaspace-bpe" else make_tokenizer(family)
 
 
 def _with_hub_variant(path: Path) -> None:
