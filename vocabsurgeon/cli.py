@@ -460,8 +460,7 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
     # Validation, the card with its figures, the push: the library's pipeline. On a validation
     # failure OUT stays and ValidationFailed exits 3; on a push failure PushError exits 4.
     from .errors import PushError, ValidationFailed
-    from .pipeline import finish_add, validation_brief
-    from .validate import summary_lines
+    from .pipeline import Finished, finish_add
 
     shown: list = []
 
@@ -470,7 +469,7 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
             return
         if done.report is not None and not shown:  # the validation's figures, once, before the next step
             shown.append(True)
-            click.echo("\n".join(summary_lines(done.report)), err=True)
+            click.echo("\n".join(done.report.summary_lines()), err=True)
         if name == "validate":
             click.echo(f"Validating {result.out} against {result.plan.src} (--no-validate skips this)", err=True)
         elif name == "push":
@@ -482,9 +481,9 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
                               on_step=step)
     except ValidationFailed as e:
         if as_json:
-            _emit({**result.to_dict(), "validation": validation_brief(e.report, result.out)})
+            _emit(Finished(result, e.report).to_dict())
         elif not quiet and e.report:
-            click.echo("\n".join(summary_lines(e.report)[:-1]), err=True)
+            click.echo("\n".join(e.report.summary_lines()[:-1]), err=True)
         raise
     except PushError as e:
         if as_json:
@@ -826,7 +825,7 @@ def validate(ctx, base, new, seed, device, as_json, method, corpus, max_tokens, 
     """
     from .errors import ValidationFailed
     from .pipeline import record_validation
-    from .validate import Thresholds, check_options, summary_lines, validate_checkpoint
+    from .validate import Thresholds, check_options, validate_checkpoint
 
     thresholds = Thresholds(**limits)
     check_options(thresholds=thresholds, device=device, max_tokens=max_tokens, plot=plot)
@@ -840,15 +839,15 @@ def validate(ctx, base, new, seed, device, as_json, method, corpus, max_tokens, 
     # An add output whose validation was interrupted gets its report and card filled in.
     filled = record_validation(new, report, plot)
     if as_json:
-        _emit(report)
+        _emit(report.to_dict())
     elif not is_quiet(ctx):
-        click.echo("\n".join(summary_lines(report)[:-1]), err=True)
+        click.echo("\n".join(report.summary_lines()[:-1]), err=True)
         if plot:
             click.echo(f"Wrote {plot}", err=True)
         if filled:
             click.echo(f"Wrote the report and the model card's validation section into {new}", err=True)
-    if not report["passed"]:
-        raise ValidationFailed(f"{new}: validation failed: {'; '.join(report['failures'])}", report)
+    if not report.passed:
+        raise ValidationFailed(f"{new}: validation failed: {'; '.join(report.failures)}", report)
     if not quiet:
         click.echo("Validation passed.", err=True)
 

@@ -31,13 +31,13 @@ class OutputExistsError(InputError):
 
 
 class ValidationFailed(VocabSurgeonError):
-    """The written checkpoint failed validation; `report` holds the figures."""
+    """The written checkpoint failed validation; `report` holds the figures (a `report.Report`)."""
 
     exit_code = 3
 
-    def __init__(self, message: str, report: dict | None = None):
+    def __init__(self, message: str, report=None):
         super().__init__(message)
-        self.report = report or {}
+        self.report = report
 
 
 class PushError(VocabSurgeonError):

@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 
 from .filenames import CARD_NAME, REPORT_NAME, TOKENS_LIST_NAME
+from .report import Report, as_report
 
 logger = logging.getLogger(__name__)
 
@@ -140,29 +141,26 @@ def kl_bound_line(summary: dict) -> str:
             "or reserved rows are not covered (validation measures the KL)")
 
 
-def _validation_section(report: dict | None, plot_rel: str | None) -> list[str]:
+def _validation_section(report: Report | None, plot_rel: str | None) -> list[str]:
     """The card's validation section: the verdict, then the rows of each check record (`checks.py`)."""
     if report is None:
         return ["## Validation", "", "Not run (`--no-validate`). Run `vocabsurgeon validate BASE THIS` to check it.", ""]
-    if report.get("interrupted"):
+    if report.interrupted:
         return ["## Validation", "", "Interrupted before it finished: this checkpoint is complete but not validated. "
                 "Run `vocabsurgeon validate BASE THIS` to check it; that fills in this section.", ""]
-    from .checks import read_checks
-
-    verdict = "**passed**" if report["passed"] else "**FAILED**: " + "; ".join(report["failures"])
-    model = report.get("model") or {}
-    on = f"{report['corpus']['positions']} positions of " if report["corpus"].get("positions") else ""
-    method = f", {report['method']}" if report.get("method") else ""
+    verdict = "**passed**" if report.passed else "**FAILED**: " + "; ".join(report.failures)
+    on = f"{report.corpus['positions']} positions of " if report.corpus.get("positions") else ""
+    method = f", {report.method}" if report.method else ""
     lines = [
         "## Validation", "",
-        f"Validation {verdict} (on {on}`{report['corpus']['name']}`"
-        + (f", {model['class']}, {report['device']}, {report['dtype']}" if model.get("class") else "") + method
+        f"Validation {verdict} (on {on}`{report.corpus['name']}`"
+        + (f", {report.model['class']}, {report.device}, {report.dtype}" if report.model.get("class") else "") + method
         + ").", "",
         "| check | value | limit |", "|---|---|---|",
     ]
-    lines += [row for check in read_checks(report) for row in check.card_rows()]
-    if report.get("skipped"):
-        lines += ["", *[f"Not checked: {w}." for w in report["skipped"]]]
+    lines += [row for check in report.checks for row in check.card_rows()]
+    if report.skipped:
+        lines += ["", *[f"Not checked: {w}." for w in report.skipped]]
     lines.append("")
     if plot_rel:
         lines += [f"![Histogram of per-position KL]({plot_rel})", ""]
@@ -171,7 +169,7 @@ def _validation_section(report: dict | None, plot_rel: str | None) -> list[str]:
     return lines
 
 
-def model_card(summary: dict, report: dict | None = None, *, base_card: str | None = None,
+def model_card(summary: dict, report: Report | dict | None = None, *, base_card: str | None = None,
                plot: str | None = None, tokens_file: str | None = None):
     """Build the model card of an `add` output as a `huggingface_hub.ModelCard`.
 
@@ -188,7 +186,7 @@ def model_card(summary: dict, report: dict | None = None, *, base_card: str | No
     return ModelCard(_card_source(summary, report, base_card=base_card, plot=plot, tokens_file=tokens_file))
 
 
-def model_card_text(summary: dict, report: dict | None = None, *, base_card: str | None = None,
+def model_card_text(summary: dict, report: Report | dict | None = None, *, base_card: str | None = None,
                     plot: str | None = None, tokens_file: str | None = None) -> str:
     """The text of the model card of an `add` output: what `model_card(...).save()` writes.
 
@@ -250,7 +248,7 @@ def _fitted_section(summary: dict) -> list[str]:
     return lines
 
 
-def _card_source(summary: dict, report: dict | None = None, *, base_card: str | None = None,
+def _card_source(summary: dict, report: Report | dict | None = None, *, base_card: str | None = None,
                  plot: str | None = None, tokens_file: str | None = None) -> str:
     """The card as assembled (the metadata as YAML, then the body), before `ModelCard` re-renders it."""
     from huggingface_hub.repocard_data import ModelCardData
@@ -322,11 +320,11 @@ def _card_source(summary: dict, report: dict | None = None, *, base_card: str | 
     if notes:
         lines += ["Notes:", ""] + [f"- {n}" for n in notes] + [""]
     lines += _fitted_section(summary)
-    lines += _validation_section(report, plot)
+    lines += _validation_section(as_report(report), plot)
     return f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines)
 
 
-def write_model_card(out: str | os.PathLike, summary: dict, report: dict | None = None, *,
+def write_model_card(out: str | os.PathLike, summary: dict, report: Report | dict | None = None, *,
                      plot: str | os.PathLike | None = None, base_card: str | None = None) -> Path:
     """Write the model card README.md into the output directory `out`; returns its path.
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .errors import InputError, Interrupted, PushError
 from .filenames import REPORT_NAME
+from .report import Report
 
 logger = logging.getLogger(__name__)
 
@@ -76,28 +77,20 @@ class Finished:
     """What the pipeline did: the add result, the validation report (None when skipped), the push."""
 
     result: object  # surgery.AddResult
-    report: dict | None = None
+    report: Report | None = None
     pushed: object | None = None  # hub.PushResult
 
     def to_dict(self) -> dict:
         """`vocabsurgeon add --json`: the add summary, with `validation` and `push` when they ran."""
         d = self.result.to_dict()
         if self.report is not None:
-            d["validation"] = validation_brief(self.report, self.result.out)
+            d["validation"] = self.report.brief(str(Path(self.result.out) / REPORT_NAME))
         if self.pushed is not None:
             d["push"] = self.pushed.to_dict()
         return d
 
 
-def validation_brief(report: dict, out: str | os.PathLike) -> dict:
-    """The few figures of a validation report that the add summary carries."""
-
-    return {"passed": report["passed"], "failures": report["failures"], "report": str(Path(out) / REPORT_NAME),
-            "method": report.get("method"), "kl": {k: report["kl"][k] for k in ("mean", "p99", "max", "bound")},
-            "new_token_fraction": report["sampling"]["new_token_fraction"]}
-
-
-def validate_output(result, options: ValidationOptions, progress=None) -> dict:
+def validate_output(result, options: ValidationOptions, progress=None) -> Report:
     """Validate what `add` wrote, store the report in it and rewrite its model card with the figures.
 
     The card is rewritten on failure too (it records the failure: the output is kept for inspection).
@@ -191,13 +184,13 @@ def record_interrupted_validation(result) -> None:
     from .modelcard import write_model_card
 
     summary = result.to_dict()
-    pending = {"passed": None, "interrupted": True, "failures": [], "add": summary}
+    pending = Report.pending(summary)
     out = Path(result.out)
-    (out / REPORT_NAME).write_text(json.dumps(pending, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (out / REPORT_NAME).write_text(json.dumps(pending.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     write_model_card(out, summary, pending, plot=None)
 
 
-def record_validation(new: str | os.PathLike, report: dict, plot: str | os.PathLike | None = None) -> bool:
+def record_validation(new: str | os.PathLike, report: Report, plot: str | os.PathLike | None = None) -> bool:
     """After `vocabsurgeon validate BASE NEW`: when NEW is an `add` output whose report holds its add
     summary (its validation was interrupted), store the new report there and rewrite its card with the
     figures. Returns whether it did; any other NEW (a Hub repo, a validated output) is left as it is.
@@ -212,8 +205,8 @@ def record_validation(new: str | os.PathLike, report: dict, plot: str | os.PathL
     if not isinstance(pending, dict) or not isinstance(pending.get("add"), dict):
         return False
     summary = pending["add"]
-    full = {**report, "init": summary.get("init"), "add": summary}
-    path.write_text(json.dumps(full, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    full = report.with_add(summary)
+    path.write_text(json.dumps(full.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     write_model_card(new, summary, report, plot=plot)
     return True
 
@@ -232,7 +225,7 @@ def add_validate_push(src: str | os.PathLike, out: str | os.PathLike, tokens: li
     Example:
         >>> from vocabsurgeon.pipeline import PushOptions, add_validate_push  # doctest: +SKIP
         >>> done = add_validate_push("ckpt/", "out/", ["Frodo"], push=PushOptions("me/gpt2-lotr"))  # doctest: +SKIP
-        >>> done.report["passed"], done.pushed.commit_url  # doctest: +SKIP
+        >>> done.report.passed, done.pushed.commit_url  # doctest: +SKIP
     """
     from dataclasses import asdict
 

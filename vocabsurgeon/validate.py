@@ -54,14 +54,13 @@ from .checks import (
     SamplingCheck,
     TokenizationCheck,
     UsabilityCheck,
-    failures,
-    read_checks,
 )
 from .errors import InputError, ValidationFailed
 from .filenames import CONFIG_NAME, REPORT_NAME  # noqa: F401 (REPORT_NAME: re-exported)
 from .hub import resolve_checkpoints
 from .init import kl_bound
 from .plot import figure, require_plot
+from .report import Report
 from .runtime import (
     LoadedModel,
     ModelKind,
@@ -88,7 +87,6 @@ __all__ = [
     "Thresholds",
     "derived_by_add",
     "read_corpus",
-    "summary_lines",
     "validate_added",
     "validate_checkpoint",
 ]
@@ -714,7 +712,7 @@ def validate_checkpoint(
     method: str = "auto",
     revision: str | None = None,
     token: str | None = None,
-) -> dict:
+) -> Report:
     """Compare the expanded checkpoint `new` with its original `base`; returns the report.
 
     Args:
@@ -737,7 +735,8 @@ def validate_checkpoint(
         token: the Hub token (None: HF_TOKEN or the stored login).
 
     Returns:
-        A dict: `passed`, `failures` (why not, in words), `method` ("one-pass" or "two-pass") and
+        A `report.Report` (it reads as the dict of its JSON too): `passed`, `failures` (why not, in
+        words), `method` ("one-pass" or "two-pass") and
         `method_reason`, one entry per check (`finite`, `kl`, `kl_chat`, `old_logits`, `sampling`,
         `greedy_chat`, `tokenization`, `usability`; see `checks.py`), `thresholds`, `sources`
         (repo id, revision and commit of each checkpoint from the Hub). See README.md.
@@ -846,45 +845,26 @@ def validate_checkpoint(
         tokenization,
         _usability(inp.usable, m, ran and kind.generates),
     ]
-    fails = failures(checks)
-    report = {
-        "passed": not fails,
-        "failures": fails,
-        "complete": not skipped,
-        "skipped": skipped,
-        "method": used if ran else None,
-        "method_reason": relation.reason,
-        **names,
-        "sources": {key: s.to_dict() for key, s in sources.items()},
-        "model": {"kind": kind.kind, "class": kind.class_name, "missing_weights": m.missing},
-        "corpus": {"name": corpus_name, "bytes": len(text.encode("utf-8")), "tokens": len(inp.corpus_ids),
-                   "positions": int(m.kl.size) if m.kl is not None else 0, "chat_samples": len(chats)},
-        "device": m.device,
-        "dtype": m.dtype,
-        "vocab": {"old_rows": n, "new_rows": rows_new, "k": k, "new_tokens": len(new_token_ids)},
-        **{c.KEY: c.to_dict() for c in checks},
-        "thresholds": asdict(th),
-    }
     ends = [t for _, t in marks[1:]] + [time.perf_counter()]
-    report["seconds"] = {name: round(end - start, 3) for (name, start), end in zip(marks, ends)}
+    report = Report.decide(
+        checks, skipped, method=used if ran else None, method_reason=relation.reason, **names,
+        sources={key: s.to_dict() for key, s in sources.items()},
+        model={"kind": kind.kind, "class": kind.class_name, "missing_weights": m.missing},
+        corpus={"name": corpus_name, "bytes": len(text.encode("utf-8")), "tokens": len(inp.corpus_ids),
+                "positions": int(m.kl.size) if m.kl is not None else 0, "chat_samples": len(chats)},
+        device=m.device, dtype=m.dtype,
+        vocab={"old_rows": n, "new_rows": rows_new, "k": k, "new_tokens": len(new_token_ids)},
+        thresholds=asdict(th),
+        seconds={name: round(end - start, 3) for (name, start), end in zip(marks, ends)},
+    )
     if plot is not None and m.kl is not None:
         write_kl_plot(m.kl, bound, plot, title=f"{Path(names['new']).name}: KL per position ({m.kl.size} positions)")
-        report["plot"] = str(plot)
-    logger.info("validation of %s (%s): %s", new, used, "passed" if report["passed"] else "; ".join(fails))
+        report.plot = str(plot)
+    logger.info("validation of %s (%s): %s", new, used, "passed" if report.passed else "; ".join(report.failures))
     return report
 
 
-def summary_lines(report: dict) -> list[str]:
-    """The report in a few human-readable lines (what the CLI prints on stderr)."""
-    lines = [line for c in read_checks(report) for line in c.summary()]
-    if report.get("method"):
-        lines.append(f"method: {report['method']} ({report.get('method_reason', '')})")
-    lines += [f"WARNING: {w}" for w in report.get("skipped", [])]
-    lines.append("PASSED" if report["passed"] else "FAILED: " + "; ".join(report["failures"]))
-    return lines
-
-
-def validate_added(result, corpus: str | os.PathLike | None = None, **kwargs) -> dict:
+def validate_added(result, corpus: str | os.PathLike | None = None, **kwargs) -> Report:
     """Validate what `apply` wrote (an `AddResult`) and store the report in its output.
 
     Writes `vocabsurgeon_report.json` into the output directory, which stays in place whatever
@@ -896,11 +876,11 @@ def validate_added(result, corpus: str | os.PathLike | None = None, **kwargs) ->
     out = Path(result.out)
     ids = [t.id for t in result.plan.tokens.new]
     report = validate_checkpoint(result.plan.src, out, corpus, new_token_ids=ids, **kwargs)
-    report["init"] = result.plan.to_dict()["init"]
-    (out / REPORT_NAME).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    if not report["passed"]:
+    report.init = result.plan.to_dict()["init"]
+    (out / REPORT_NAME).write_text(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    if not report.passed:
         raise ValidationFailed(
-            f"{out}: validation failed: {'; '.join(report['failures'])}. The output is kept for inspection; "
+            f"{out}: validation failed: {'; '.join(report.failures)}. The output is kept for inspection; "
             f"see {out / REPORT_NAME}. Try --init mean, or pass --no-validate to skip the checks",
             report,
         )
