@@ -293,28 +293,98 @@ def fit_options(fn):
     return fn
 
 
-class _FitBars:
-    """One tqdm bar per stage of --init fitted, on stderr (the library only calls back)."""
+class Bars:
+    """The CLI's side of `progress.Progress`: one tqdm bar per count on stderr, with the stages printed
+    above them ("running: ..."); nothing with -q or --json. A new count closes the counts that are done.
+
+    Where stderr is not a terminal (a pipeline's log) only the counts in LOGGED are drawn: validation
+    is the long step there, and its last line records how long it took; a log of byte counts is noise.
+    """
+
+    LOGGED = frozenset({"validating"})
 
     def __init__(self, disable: bool):
-        self.disable, self.bar, self.stage = disable, None, None
+        self.disable, self.bars, self.units, self.latest = disable, {}, {}, None
 
-    def __call__(self, stage: str, done: int, total: int) -> None:
-        from tqdm.auto import tqdm
+    def stage(self, text: str) -> None:
+        if not self.disable:
+            from tqdm.auto import tqdm
 
-        if stage != self.stage:
-            self.close()
-            self.stage = stage
-            self.bar = tqdm(total=total, desc=stage, disable=True if self.disable else None, file=sys.stderr)
-        self.bar.update(done - self.bar.n)
+            tqdm.write(f"running: {text}", file=sys.stderr)
+
+    def count(self, name: str, total: int | None, unit: str = ""):
+        """A bar for `name`, drawn once it has a total or work done (a step that fails before it
+        starts leaves no empty bar above the error)."""
+        if self.disable:
+            return _ignore
+        if name in self.bars:
+            bar = self.bars[name]
+            if bar is not None and total != bar.total:
+                bar.total = total
+                bar.refresh()
+        for done in [n for n, b in self.bars.items() if b is not None and b.total is not None and b.n >= b.total]:
+            self.bars.pop(done).close()
+        self.bars.setdefault(name, None)
+        self.units[name] = (total, unit)
+        if total:
+            self._draw(name)
+
+        def advance(n: int) -> None:
+            if n:
+                self._draw(name).update(n)
+
+        self.latest = advance
+        return advance
+
+    def _draw(self, name: str):
+        bar = self.bars.get(name)
+        if bar is None:
+            from tqdm.auto import tqdm
+
+            total, unit = self.units[name]
+            in_bytes = unit == "B"
+            bar = self.bars[name] = tqdm(total=total, desc=name, unit=unit or "it", unit_scale=in_bytes,
+                                         unit_divisor=1024 if in_bytes else 1000, file=sys.stderr,
+                                         disable=False if name in self.LOGGED else None)  # None: on a terminal
+        return bar
+
+    def advance(self, n: int) -> None:
+        if self.latest is not None:
+            self.latest(n)
 
     def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
+        for bar in self.bars.values():
+            if bar is not None:
+                bar.close()
+        self.bars.clear()
+
+
+def _ignore(*_args) -> None:
+    pass
+
+
+@contextlib.contextmanager
+def _bars(ctx, as_json: bool):
+    """The progress callbacks of a command (`progress.Progress`), drawn by `Bars` until the block ends."""
+    from .progress import Progress
+
+    bars = Bars(is_quiet(ctx) or as_json)
+    try:
+        yield Progress(stage=bars.stage, count=bars.count, advance=bars.advance)
+    finally:
+        bars.close()
+
+
+def _strategies_in_help(fn):
+    """`add --help` lists the init strategies from their records (`init.STRATEGIES`)."""
+    from .init import strategies_help
+
+    fn.__doc__ = fn.__doc__.replace("    {strategies}", strategies_help(indent="      "))
+    return fn
 
 
 @cli.command()
+@_strategies_in_help
 @click.argument("src", type=click.Path(file_okay=False, path_type=str))
 @click.argument("out", type=click.Path(path_type=str))
 @click.option("--tokens", "tokens_file", type=click.Path(dir_okay=False, path_type=str),
@@ -379,12 +449,7 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
 
     \b
     Init strategies (--init, --init-input, --init-output):
-      mean          mean of the old rows; KL(p_old||p_new) <= log(1 + k/n) (default)
-      mean-noise    N(mu, eps*Sigma), Sigma the rows' covariance (GPU when present)
-      subword-mean  mean of the rows of the word's pieces under the old tokenizer
-      fitted        fitted by the frozen model on contexts (--fit-corpus, else generated):
-                    output rows convex and KL-penalized, input rows distilled
-      zeros, random the transformers defaults; dangerous on some models
+    {strategies}
     New bias entries get the mean bias.
 
     \b
@@ -395,103 +460,77 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
       vocabsurgeon add -t '<|tool|>' --special --json ckpt/ out/ > summary.json
       vocabsurgeon add --tokens lotr.txt --push-to me/gpt2-lotr --create-pr openai-community/gpt2 out/
     """
-    from .errors import InputError
-    from .surgery import AddJob, AddOptions, open_target, plan_tokens
-    from .writer import check_output_path
+    from .errors import InputError, PushError, ValidationFailed
+    from .pipeline import Finished, PushOptions, add_validate_push
+    from .surgery import AddOptions, open_target, plan_tokens
     from .wordlist import gather_tokens
 
     tokens = gather_tokens(tokens_file, inline)
-    if not push_to:
-        given = [f for f, v in (("--push-revision", push_revision), ("--private", private),
-                                ("--create-pr", create_pr), ("--message", message)) if v]
-        if given:
-            raise InputError(f"{given[0]} is a push option; pass --push-to REPO_ID too")
     # Every option is checked before any work, also with --dry-run and --no-validate.
-    from .init import check_eps
-    from .pipeline import PushOptions
-    from .runtime import check_device
-
-    check_eps(eps)
-    check_device(device)
-    push_options = PushOptions(push_to, revision=push_revision, private=private, create_pr=create_pr,
-                               token=hf_token, message=message).check() if push_to else None
-    validation_opts = _validation_options(validation, seed=seed, device=device)
-    if no_validate and validation_opts.plot:
-        raise InputError("--plot draws the validation's KL histogram; drop --no-validate or --plot")
-    _check_plot_dir(validation_opts.plot, created=out)
-    validation_opts.check()
-    _quiet_hub(ctx, as_json)
+    push_options = PushOptions.from_flags(push_to, revision=push_revision, private=private, create_pr=create_pr,
+                                          token=hf_token, message=message)
     options = AddOptions(
         init=init, init_input=init_input, init_output=init_output, eps=eps, seed=seed, special=special,
         link=link, fsync=not no_fsync, force=force, device=device, embedding_key=embedding_key, lm_head_key=lm_head_key,
         pad_to_multiple_of=pad_to_multiple_of, reuse_reserved=reuse_reserved, strict=strict, untie=untie,
         fit_corpus=fit_corpus, fit_contexts=fit_contexts, fit_steps=fit_steps, fit_output_steps=fit_output_steps,
         fit_kl_limit=fit_kl_limit,
-    )
-    target = open_target(src, options, revision=revision, token=hf_token)
+    ).check()
+    validation_opts = _validation_options(validation, seed=seed, device=device)
+    if no_validate and validation_opts.plot:
+        raise InputError("--plot draws the validation's KL histogram; drop --no-validate or --plot")
+    _check_plot_dir(validation_opts.plot, created=out)
+    validation_opts.check()
+    _quiet_hub(ctx, as_json)
     quiet = is_quiet(ctx)
     if dry_run:
-        plan = plan_tokens(target, tokens)
+        plan = plan_tokens(open_target(src, options, revision=revision, token=hf_token), tokens)
         if as_json:
             _emit({"dry_run": True, **plan.to_dict()})
         else:
             click.echo(plan.describe())
         return
-    check_output_path(target.src, Path(out), force)  # before any output, so a refusal is the only line
 
-    from tqdm.auto import tqdm
+    # Add, validate, the card with its figures, push: the library's pipeline, which calls back here
+    # to print. On a validation failure OUT stays and ValidationFailed exits 3; on a push failure
+    # PushError exits 4.
+    shown, added = [], []
 
-    # The shards start copying now, while the tokens are planned (see AddJob).
-    with AddJob(target, out) as job:
-        plan = job.plan(tokens)
-        if not plan.tokens.new:
-            raise plan.nothing_to_add()
+    def planned(plan) -> None:
         if not quiet and not as_json:
             click.echo(plan.describe(), err=True)
-        fit_bars = _FitBars(quiet or as_json)
-        job.fit_progress = fit_bars
-        with tqdm(total=plan.to_dict()["bytes_to_write"], unit="B", unit_scale=True, unit_divisor=1024,
-                  desc="writing", disable=True if quiet else None, file=sys.stderr) as bar:
-            job.progress = bar.update
-            try:
-                result = job.finish()
-            finally:
-                fit_bars.close()
-    # Validation, the card with its figures, the push: the library's pipeline. On a validation
-    # failure OUT stays and ValidationFailed exits 3; on a push failure PushError exits 4.
-    from .errors import PushError, ValidationFailed
-    from .pipeline import Finished, finish_add
 
-    shown: list = []
-
-    def step(name: str, done) -> None:
+    def step(name: str, done: Finished) -> None:
+        added[:] = [done.result]
         if quiet or as_json:
             return
         if done.report is not None and not shown:  # the validation's figures, once, before the next step
             shown.append(True)
             click.echo("\n".join(done.report.summary_lines()), err=True)
         if name == "validate":
-            click.echo(f"Validating {result.out} against {result.plan.src} (--no-validate skips this)", err=True)
+            click.echo(f"Validating {done.result.out} against {done.result.plan.src} (--no-validate skips this)",
+                       err=True)
         elif name == "push":
             click.echo(f"Pushing {out} to {push_to}", err=True)
 
     try:
-        with _validation_progress(ctx, as_json) as progress:
-            done = finish_add(result, None if no_validate else validation_opts, push_options, progress=progress,
-                              on_step=step)
+        with _bars(ctx, as_json) as progress:
+            done = add_validate_push(src, out, tokens, options, validation=None if no_validate else validation_opts,
+                                     push=push_options, revision=revision, token=hf_token, progress=progress,
+                                     on_plan=planned, on_step=step)
     except ValidationFailed as e:
         if as_json:
-            _emit(Finished(result, e.report).to_dict())
+            _emit(Finished(added[0], e.report).to_dict())
         elif not quiet and e.report:
             click.echo("\n".join(e.report.summary_lines()[:-1]), err=True)
         raise
     except PushError as e:
-        if as_json:
+        if as_json and getattr(e, "finished", None) is not None:
             _emit({**e.finished.to_dict(), "push": {"error": str(e)}})
         raise
     except Interrupted as e:
-        if as_json:
-            _emit({**result.to_dict(), "interrupted": str(e)})
+        if as_json and added:  # interrupted after the output was written
+            _emit({**added[0].to_dict(), "interrupted": str(e)})
         raise
     step("done", done)
     summary = done.to_dict()
@@ -559,15 +598,11 @@ def compare(ctx, a, b, k, which, device, plot, embedding_key, lm_head_key, as_js
 
     _quiet_hub(ctx, as_json)
     quiet = is_quiet(ctx) or as_json
-    from tqdm.auto import tqdm
-
-    with tqdm(unit="tok", desc="comparing", disable=True if quiet else None, file=sys.stderr) as bar:
-        def total(n):
-            bar.total = n
-            bar.refresh()
-
+    with _bars(ctx, as_json) as progress:
+        advance = progress.count("comparing", None, "tok")
         result = run_compare(a, b, k, which=which, device=device, embedding_key=embedding_key,
-                             lm_head_key=lm_head_key, progress=bar.update, on_total=total, revision=revision,
+                             lm_head_key=lm_head_key, progress=advance,
+                             on_total=lambda n: progress.count("comparing", n, "tok"), revision=revision,
                              token=hf_token)
     if plot:
         plot_histogram(result, plot)
@@ -663,12 +698,10 @@ def suggest_command(ctx, ckpt, corpus, top, min_count, output, embedding_key, lm
 
     _quiet_hub(ctx, as_json)
     quiet = is_quiet(ctx) or as_json
-    from tqdm.auto import tqdm
-
     size = Path(corpus).stat().st_size if Path(corpus).is_file() else None
-    with tqdm(total=size, unit="B", unit_scale=True, unit_divisor=1024, desc="counting",
-              disable=True if quiet else None, file=sys.stderr) as bar:
-        result = suggest_tokens(ckpt, corpus, top=top, min_count=min_count, progress=bar.update,
+    with _bars(ctx, as_json) as progress:
+        result = suggest_tokens(ckpt, corpus, top=top, min_count=min_count,
+                                progress=progress.count("counting", size, "B"),
                                 embedding_key=embedding_key, lm_head_key=lm_head_key, revision=revision,
                                 token=hf_token)
     if output:
@@ -699,36 +732,6 @@ def _validation_options(validation: dict, *, seed: int, device: str):
     corpus, max_tokens, plot = v.pop("corpus"), v.pop("max_tokens"), v.pop("plot")
     return ValidationOptions(corpus=corpus, max_tokens=max_tokens, thresholds=Thresholds(**v), seed=seed,
                              device=device, plot=plot)
-
-
-@contextlib.contextmanager
-def _validation_progress(ctx, as_json: bool):
-    """A progress bar with an ETA on stderr for the validation (off with --quiet and --json); each stage
-    (the method and the expected time, each model) is printed above it."""
-    from tqdm.auto import tqdm
-
-    from .runtime import Progress
-
-    if is_quiet(ctx) or as_json:
-        yield Progress()
-        return
-    bars: list = []  # the bar starts when the work is known (after the model loaded)
-
-    def stage(s: str) -> None:
-        (bars[0].write if bars else click.echo)(f"running: {s}", file=sys.stderr)
-
-    def total(n: int) -> None:
-        if bars:
-            bars[0].total = n
-            bars[0].refresh()
-        else:
-            bars.append(tqdm(total=n, unit="tok", desc="validating", file=sys.stderr))
-
-    try:
-        yield Progress(stage=stage, total=total, advance=lambda n: bars[0].update(n) if bars else None)
-    finally:
-        if bars:
-            bars[0].close()
 
 
 def _echo_pushed(d: dict) -> None:
@@ -832,7 +835,7 @@ def validate(ctx, base, new, seed, device, as_json, method, corpus, max_tokens, 
     _check_plot_dir(plot)
     _quiet_hub(ctx, as_json)
     quiet = is_quiet(ctx) or as_json
-    with _validation_progress(ctx, as_json) as progress:
+    with _bars(ctx, as_json) as progress:
         report = validate_checkpoint(base, new, corpus, thresholds=thresholds, max_tokens=max_tokens, seed=seed,
                                      device=device, plot=plot, revision=revision, token=hf_token, progress=progress,
                                      method=method)

@@ -268,6 +268,7 @@ class Strategy:
     averages: bool = True  # uses the old rows' values (so NaN/Inf rows are an error)
     constant: bool = False  # every row is the same: computed and encoded once, its bytes repeated
     needs_model: bool = False  # runs the model (fitted.fit_rows) before the rows are computed
+    brief: str = ""  # `add --help`'s line (lines) for it; strategies with the same brief share one
 
 
 STRATEGIES: dict[str, Strategy] = {
@@ -275,21 +276,43 @@ STRATEGIES: dict[str, Strategy] = {
     for s in (
         Strategy("mean", mean, False,
                  "the mean of the old rows; bounds KL(p_old||p_new) <= log(1 + k/n) for every prefix",
-                 constant=True),
+                 constant=True, brief="mean of the old rows; KL(p_old||p_new) <= log(1 + k/n) (default)"),
         Strategy("mean-noise", mean_noise, True,
-                 "N(mu, eps*Sigma), Sigma the old rows' covariance (Hewitt); rows differ, KL stays near the bound"),
+                 "N(mu, eps*Sigma), Sigma the old rows' covariance (Hewitt); rows differ, KL stays near the bound",
+                 brief="N(mu, eps*Sigma), Sigma the rows' covariance (GPU when present)"),
         Strategy("subword-mean", subword_mean, False,
-                 "the mean of the rows of the word's pieces under the original tokenizer (FVT)"),
+                 "the mean of the rows of the word's pieces under the original tokenizer (FVT)",
+                 brief="mean of the rows of the word's pieces under the old tokenizer"),
         Strategy("fitted", fitted, False,
                  "fitted from forward passes of the frozen model: output rows by a convex, KL-penalized fit "
-                 "shrunk to the mean-init KL bound, input rows by distillation (see fitted.py)", needs_model=True),
+                 "shrunk to the mean-init KL bound, input rows by distillation (see fitted.py)", needs_model=True,
+                 brief="fitted by the frozen model on contexts (--fit-corpus, else generated):\n"
+                       "output rows convex and KL-penalized, input rows distilled"),
         Strategy("zeros", zeros, False,
                  "all zeros: logit 0, dangerous when the model's logits are large and negative", averages=False,
-                 constant=True),
+                 constant=True, brief="the transformers defaults; dangerous on some models"),
         Strategy("random", random, False,
-                 "N(0, initializer_range), what transformers does by default; as risky as zeros", averages=False),
+                 "N(0, initializer_range), what transformers does by default; as risky as zeros", averages=False,
+                 brief="the transformers defaults; dangerous on some models"),
     )
 }
+
+
+def strategies_help(indent: str = "  ", width: int = 14) -> str:
+    """The strategies, one line each (`add --help`); those with the same brief share a line.
+
+        >>> print(strategies_help().splitlines()[-1])
+          zeros, random the transformers defaults; dangerous on some models
+    """
+    by_brief: dict[str, list[str]] = {}
+    for s in STRATEGIES.values():
+        by_brief.setdefault(s.brief, []).append(s.name)
+    lines = []
+    for brief, names in by_brief.items():
+        first, *more = brief.split("\n")
+        lines.append(f"{indent}{', '.join(names):<{width - 1}} {first}")
+        lines += [f"{indent}{'':<{width}}{line}" for line in more]
+    return "\n".join(lines)
 
 
 def get_strategy(name: str) -> Strategy:

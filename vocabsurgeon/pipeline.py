@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .errors import InputError, Interrupted, PushError
 from .filenames import REPORT_NAME
+from .progress import SILENT, Progress
 from .report import Report
 
 logger = logging.getLogger(__name__)
@@ -63,6 +64,21 @@ class PushOptions:
     create_pr: bool = False
     token: str | None = None
     message: str | None = None  # None: "Add N new tokens to BASE with vocabsurgeon VERSION"
+
+    @classmethod
+    def from_flags(cls, repo_id: str | None, **flags) -> PushOptions | None:
+        """The push options of `add`'s flags: None without --push-to, which the other push flags need.
+
+        Raises:
+            InputError: a push flag without --push-to, or a repo id that is not one.
+        """
+        if not repo_id:
+            given = [f"--{k.replace('_', '-')}" for k in ("revision", "private", "create_pr", "message") if flags.get(k)]
+            if given:
+                name = "--push-revision" if given[0] == "--revision" else given[0]
+                raise InputError(f"{name} is a push option; pass --push-to REPO_ID too")
+            return None
+        return cls(repo_id, **flags).check()
 
     def check(self) -> PushOptions:
         from .hub import REPO_ID
@@ -143,7 +159,7 @@ def finish_add(result, validation: ValidationOptions | None = DEFAULT_VALIDATION
         result: the `AddResult` of `add_tokens` or `AddJob.finish()`.
         validation: the validation options; None skips validation (the card says so).
         push: where to push; None keeps the output local.
-        progress: `runtime.Progress` callbacks of the validation.
+        progress: `progress.Progress` callbacks of the validation.
         on_step: called with "validate" or "push" and what is done so far, as each step starts.
 
     Raises:
@@ -213,30 +229,52 @@ def record_validation(new: str | os.PathLike, report: Report, plot: str | os.Pat
 
 def add_validate_push(src: str | os.PathLike, out: str | os.PathLike, tokens: list[str], options=None, *,
                       validation: ValidationOptions | None = DEFAULT_VALIDATION, push: PushOptions | None = None,
-                      revision: str | None = None, token: str | None = None, progress=None) -> Finished:
+                      revision: str | None = None, token: str | None = None, progress: Progress | None = None,
+                      on_plan: Callable | None = None, on_step: Callable[[str, Finished], None] | None = None
+                      ) -> Finished:
     """The whole `vocabsurgeon add` pipeline from Python: add, validate, card, push.
+
+    Every option is checked before any work; the shards start copying while the tokens are
+    planned (`surgery.AddJob`).
 
     Args:
         src, out, tokens: as `add_tokens`.
         options: `AddOptions` (None: the defaults).
         validation, push: as `finish_add`.
         revision, token: the Hub revision and token of `src` when it is a repo id.
+        progress: `progress.Progress` callbacks: the "writing" count (bytes), the fitted init's
+            stages, the validation's stages and its "validating" count (tokens).
+        on_plan: called with the `surgery.Plan` once the tokens are planned, before the new rows are
+            computed and written (the CLI prints it).
+        on_step: as `finish_add`.
+
+    Raises:
+        InputError: an option, the checkpoint or the tokens cannot be used (nothing is written);
+            `plan.nothing_to_add()` when no token is new.
+        ValidationFailed, PushError: as `finish_add`.
 
     Example:
         >>> from vocabsurgeon.pipeline import PushOptions, add_validate_push  # doctest: +SKIP
         >>> done = add_validate_push("ckpt/", "out/", ["Frodo"], push=PushOptions("me/gpt2-lotr"))  # doctest: +SKIP
         >>> done.report.passed, done.pushed.commit_url  # doctest: +SKIP
     """
-    from dataclasses import asdict
+    from .surgery import AddJob, AddOptions, open_target
 
-    from .init import check_eps
-    from .surgery import AddOptions, add_tokens
-
-    options = options or AddOptions()
-    check_eps(options.eps)
+    options = (options or AddOptions()).check()
     if validation is not None:
         validation.check()
     if push is not None:
         push.check()
-    result = add_tokens(src, out, tokens, revision=revision, token=token, **asdict(options))
-    return finish_add(result, validation, push, progress=progress)
+    progress = progress or SILENT
+    target = open_target(src, options, revision=revision, token=token)
+    # The shards start copying now, while the tokens are planned.
+    with AddJob(target, out) as job:
+        plan = job.plan(tokens)
+        if not plan.tokens.new:
+            raise plan.nothing_to_add()
+        if on_plan is not None:
+            on_plan(plan)
+        job.fit_progress = progress.steps()
+        job.progress = progress.count("writing", plan.bytes_to_write, "B")
+        result = job.finish()
+    return finish_add(result, validation, push, progress=progress, on_step=on_step)

@@ -11,7 +11,7 @@ import gc
 import logging
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -30,16 +30,6 @@ KL_ROWS = 64  # positions per float64 KL block
 
 class NonFiniteOutput(Exception):
     """The model computed NaN or Inf logits (e.g. from NaN rows): sampling cannot go on."""
-
-
-@dataclass
-class Progress:
-    """Callbacks of a long run: `stage` names what starts, `total` sets the units of work (tokens
-    through a model), `advance` reports units done. The CLI turns them into a progress bar."""
-
-    stage: Callable[[str], None] = lambda s: None
-    total: Callable[[int], None] = lambda n: None
-    advance: Callable[[int], None] = lambda n: None
 
 
 def read_corpus(path: str | os.PathLike | None = None) -> tuple[str, str]:

@@ -25,6 +25,7 @@ import numpy as np
 from ._version import __version__
 from .architectures import VocabLayout, detect, text_config, untie
 from .checkpoint import FLOAT_DTYPES, Checkpoint, read_header, rows_kept
+from .devices import check_device
 from .errors import InputError, VocabSurgeonError, WriteError
 from .hub import Source, resolve_checkpoint
 from .modelcard import kl_bound_line, write_model_card
@@ -75,6 +76,27 @@ class AddOptions:
     fit_l2: float | None = None  # L2 prior weight of the output fit (None: the default for the start row)
     fit_prior: str | None = None  # output rows' prior (fitted.OUTPUT_STARTS); None: the sub-word mean
     fit_kl_limit: float | None = None  # held-out old-text KL mean the output rows are shrunk to; None: log(1 + k/n)
+
+    def check(self) -> AddOptions:
+        """The checks that need no checkpoint, each option and across options (before any download).
+
+        Raises:
+            InputError: naming the flag and a value that works.
+        """
+        check_eps(self.eps)
+        check_device(self.device)
+        for s in {self.init, self.init_input, self.init_output} - {None}:
+            get_strategy(s)
+        check_seed(self.seed)
+        if self.pad_to_multiple_of is not None and not 1 <= self.pad_to_multiple_of <= MAX_PAD_MULTIPLE:
+            raise InputError(f"--pad-to-multiple-of {self.pad_to_multiple_of}: pass a positive integer up to "
+                             f"{MAX_PAD_MULTIPLE} (64 or 128 suit tensor cores)")
+        if self.fit_corpus is not None and "fitted" not in {self.init, self.init_input, self.init_output}:
+            raise InputError("--fit-corpus is for --init fitted (or --init-input/--init-output fitted); pass one")
+        if self.fit_corpus is not None and not Path(self.fit_corpus).is_file():
+            raise InputError(f"{self.fit_corpus}: no such file; pass a UTF-8 text file that uses the new words to "
+                             "--fit-corpus")
+        return self
 
 
 @dataclass
@@ -176,8 +198,13 @@ class Plan:
             "untied": self.untie_report(),
             "files_rewritten": self.rewrite,
             "files_copied": self.copy,
-            "bytes_to_write": sum(self.ckpt.shards[f].size for f in self.rewrite + self.copy),
+            "bytes_to_write": self.bytes_to_write,
         }
+
+    @property
+    def bytes_to_write(self) -> int:
+        """The bytes of the shards as they are now (the new rows come on top)."""
+        return sum(self.ckpt.shards[f].size for f in self.rewrite + self.copy)
 
     def untie_report(self) -> dict | None:
         """With --untie: the new output matrix and the bytes it adds to the checkpoint."""
@@ -226,24 +253,13 @@ def open_target(src: str | os.PathLike, options: AddOptions | None = None, *, re
     Raises:
         InputError: for anything about the checkpoint or the options that cannot be used.
     """
-    options = options or AddOptions()
-    check_eps(options.eps)  # before any download
+    options = (options or AddOptions()).check()  # before any download
     source = resolve_checkpoint(src, revision=revision, token=token)
-    for s in {options.init, options.init_input, options.init_output} - {None}:
-        get_strategy(s)
-    check_seed(options.seed)
-    if options.pad_to_multiple_of is not None and not 1 <= options.pad_to_multiple_of <= MAX_PAD_MULTIPLE:
-        raise InputError(f"--pad-to-multiple-of {options.pad_to_multiple_of}: pass a positive integer up to "
-                         f"{MAX_PAD_MULTIPLE} (64 or 128 suit tensor cores)")
     _refuse_remote_code(Path(source.path))
     ckpt = Checkpoint.open(source.path)
     layout = detect(ckpt, options.embedding_key, options.lm_head_key)
     if options.untie:
         layout = untie(ckpt, layout)
-    if (options.fit_corpus is not None and "fitted" not in {options.init, options.init_input, options.init_output}):
-        raise InputError("--fit-corpus is for --init fitted (or --init-input/--init-output fitted); pass one")
-    if options.fit_corpus is not None and not Path(options.fit_corpus).is_file():
-        raise InputError(f"{options.fit_corpus}: no such file; pass a UTF-8 text file that uses the new words to --fit-corpus")
     inp, outp = options.init_input or options.init, options.init_output or options.init
     if layout.tied:
         if options.init_input and options.init_output and options.init_input != options.init_output:

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
+from . import contexts
 from .checkpoint import read_json
 from .errors import InputError, VocabSurgeonError
 from .chats import chat_samples
@@ -375,20 +376,7 @@ class TokenizerEditor:
                 ids = self.encode(form)
                 if len(ids) == 1:
                     ids_of[w].add(ids[0])
-        # (text, {word: occurrences}, check decoding, soft: not one token there is reported, not a skip)
-        cases: list[tuple[str, dict[str, int], bool, bool]] = []
-        for w in words:
-            if by_word[w][0].mechanism == "special":
-                cases.append((w, {w: 1}, False, False))
-        for i, w in enumerate(plain):
-            # the bare form at a start, before "." and ","; the word-start form before "."; in brackets,
-            # quotes and before "'s" (soft, see above)
-            cases += [(w, {w: 1}, False, False), (" " + w, {w: 1}, False, False), (f"{w}.", {w: 1}, False, False),
-                      (f"{w}, {w}.", {w: 2}, True, False), (f"({w})", {w: 1}, True, True),
-                      (f'"{w}"', {w: 1}, True, True), (f"I saw {w}'s", {w: 1}, True, True)]
-            nxt = plain[(i + 1) % len(plain)]
-            if nxt != w and w not in nxt and nxt not in w:
-                cases.append((f"{w} {nxt}", {w: 1, nxt: 1}, False, False))
+        cases = contexts.cases(words, special={w for w in words if by_word[w][0].mechanism == "special"})
         # A word the normalizer folds into other text ("m²" is "m2" after NFKC) is stored folded, so text
         # that has the folded form without the word is old text that must keep its ids: inside a word.
         folded = {w: key for w in plain
@@ -399,35 +387,31 @@ class TokenizerEditor:
                 if old != new_ids and w not in failures:
                     failures[w] = (f"the tokenizer folds it to {key!r} (Unicode NFKC), and a new {key!r} would change how "
                                    f"existing text with {key!r} tokenizes (e.g. {text!r})")
-        texts = [c[0] for c in cases]
+        texts = [c.text for c in cases]
         got_ids = encode_ids(tok, texts)
-        decoded = [j for j, c in enumerate(cases) if c[2]]
+        decoded = [j for j, c in enumerate(cases) if c.context.decode]
         wants = self._decoded([texts[j] for j in decoded])
         gots = tok.decode_batch([got_ids[j] for j in decoded])
         decode = {j: (want, got) for j, want, got in zip(decoded, wants, gots)}
-        lead = self.space_lead()
         soft: dict[str, list[str]] = {}
-        for j, (text, expect, _, is_soft) in enumerate(cases):
-            ids = got_ids[j]
-            for w, n in expect.items():
-                if w in failures:
+        missed = {(id(case), w) for case, w in contexts.misses(cases, got_ids, ids_of, self.space_lead())}
+        for j, case in enumerate(cases):
+            for w in case.expect:
+                if w in failures or (id(case), w) not in missed:
                     continue
-                # the word alone is that one token, with no stray "▁" or "Ġ" (but for the "▁" that the
-                # original gives a leading space of its own: Llama 2's " Frodo" is "▁" + "▁Fro" + "do")
-                alone = 1 if text == w else 1 + lead if text == " " + w else None
-                if sum(i in ids_of[w] for i in ids) != n or (alone is not None and len(ids) != alone):
-                    if is_soft:
-                        soft.setdefault(w, []).append(text)
-                        continue
-                    pieces = [tok.id_to_token(i) for i in ids[:12]] + (["..."] if len(ids) > 12 else [])
-                    mechs = "/".join(dict.fromkeys(t.mechanism for t in by_word[w]))
-                    failures[w] = (f"would not be one token in {text!r} (it would encode as {pieces}): the {self.family_name} "
-                                   f"entries ({mechs}) cannot make it one token there")
-            w = next(iter(expect))
+                if case.context.soft:
+                    soft.setdefault(w, []).append(case.text)
+                    continue
+                ids = got_ids[j]
+                pieces = [tok.id_to_token(i) for i in ids[:12]] + (["..."] if len(ids) > 12 else [])
+                mechs = "/".join(dict.fromkeys(t.mechanism for t in by_word[w]))
+                failures[w] = (f"would not be one token in {case.text!r} (it would encode as {pieces}): the "
+                               f"{self.family_name} entries ({mechs}) cannot make it one token there")
+            w = next(iter(case.expect))
             if j in decode and w not in failures:
                 want, got = decode[j]
-                if got != want and want in (text, self.normalize(text)):
-                    failures[w] = f"{text!r} would decode as {got!r}, but the original tokenizer gives {want!r}"
+                if got != want and want in (case.text, self.normalize(case.text)):
+                    failures[w] = f"{case.text!r} would decode as {got!r}, but the original tokenizer gives {want!r}"
         loader = self._as_transformers_loads(plan)
         if loader is not None:  # the class rebuilds the tokenizer: it must tokenize as the file does
             cls = self.edited_config(plan).get("tokenizer_class")
@@ -436,12 +420,11 @@ class TokenizerEditor:
             self.prefetch(texts)
             agree = [b == self.encode(t) for t, b in zip(texts, encode_ids(base, texts))] if base else [True] * len(texts)
             for j, rebuilt in enumerate(encode_ids(loader, texts)):
-                text, expect, _, _ = cases[j]
                 if rebuilt != got_ids[j] and agree[j]:
-                    for w in expect:
+                    for w in cases[j].expect:
                         pieces = [loader.id_to_token(i) for i in rebuilt[:12]]
                         failures.setdefault(w, f"transformers' {cls} rebuilds the tokenizer on load and would encode "
-                                               f"{text!r} as {pieces}")
+                                               f"{cases[j].text!r} as {pieces}")
         return failures, {w: texts for w, texts in soft.items() if w not in failures}
 
     def splits_numbers(self) -> bool:
@@ -710,40 +693,25 @@ def verify_tokenizer(out_dir: Path, plan: TokenizerPlan) -> None:
     for t in plan.new:
         by_word.setdefault(t.text, []).append(t)
     words = list(by_word)
-    special_words = [w for w in words if by_word[w][0].mechanism == "special"]
-    special = set(special_words)
+    special = {w for w in words if by_word[w][0].mechanism == "special"}
     plain = [w for w in words if w not in special]
-    alone = dict(zip(special_words, encode_ids(tok, special_words)))
-    forms = [f for w in plain for f in (w, " " + w)]
     lead = 0  # pieces of a lone leading space, as in TokenizerEditor.space_lead
     if plan.original is not None:
         lead = max(0, len(plan.original.encode(" a", add_special_tokens=False).ids)
                    - len(plan.original.encode("a", add_special_tokens=False).ids))
-    form_ids = dict(zip(forms, encode_ids(tok, forms)))
-    round_trip: dict[str, tuple[str, str, str]] = {}
-    if plan.original is not None:
-        texts = [f"{w}, {w}." for w in plain]
-        wants = plan.original.decode_batch(encode_ids(plan.original, texts))
-        gots = tok.decode_batch(encode_ids(tok, texts))
-        round_trip = {w: (text, want, got) for w, text, want, got in zip(plain, texts, wants, gots)}
-    for w in words:
-        mine = by_word[w]
-        if w in special:
-            ids = alone[w]
-            if ids != [mine[0].id]:
-                raise VocabSurgeonError(
-                    f"token {w!r}: encodes to {ids}, not its id {mine[0].id}; this is a bug, please report it"
-                )
-            continue
-        for form, pieces in ((w, 1), (" " + w, 1 + lead)):
-            ids = form_ids[form]
-            if len(ids) != pieces:
-                raise VocabSurgeonError(
-                    f"token {w!r}: {form!r} encodes to {ids}, not one token; this is a bug, please report it"
-                )
-        if plan.original is None:
-            continue
-        text, want, got = round_trip[w]
+    cases = contexts.cases(words, special, names=contexts.CORE)
+    ids_of = {w: {by_word[w][0].id} if w in special else None for w in words}
+    for case, w in contexts.misses(cases, encode_ids(tok, [c.text for c in cases]), ids_of, lead):
+        ids = tok.encode(case.text, add_special_tokens=False).ids
+        what = f"encodes to {ids}, not its id {by_word[w][0].id}" if w in special else \
+            f"{case.text!r} encodes to {ids}, not one token"
+        raise VocabSurgeonError(f"token {w!r}: {what}; this is a bug, please report it")
+    if plan.original is None:
+        return
+    texts = [c.text for c in contexts.cases(plain, names=("repeated",))]
+    wants = plan.original.decode_batch(encode_ids(plan.original, texts))
+    gots = tok.decode_batch(encode_ids(tok, texts))
+    for w, text, want, got in zip(plain, texts, wants, gots):
         # Only where the original decodes the text faithfully: an <unk> or "c + +" there is no standard.
         if got != want:
             normalized = plan.original.normalizer.normalize_str(text) if plan.original.normalizer else text

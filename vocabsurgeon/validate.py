@@ -36,7 +36,7 @@ import logging
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -60,12 +60,12 @@ from .filenames import CONFIG_NAME, REPORT_NAME  # noqa: F401 (REPORT_NAME: re-e
 from .hub import resolve_checkpoints
 from .init import kl_bound
 from .plot import figure, require_plot
+from .progress import Progress
 from .report import Report
 from .runtime import (
     LoadedModel,
     ModelKind,
     NonFiniteOutput,
-    Progress,
     check_device,
     context_length,
     corpus_windows,
@@ -76,6 +76,7 @@ from .runtime import (
     model_kind,
     read_corpus,
 )
+from . import contexts
 from .chats import render_chats
 
 logger = logging.getLogger(__name__)
@@ -245,17 +246,19 @@ def tokenization_check(old_tok, new_tok, text: str, new: NewIds, new_ids: list[i
     special = set(getattr(new_tok, "all_special_ids", []) or [])
     # Added special tokens (--special) are not in all_special_ids in transformers 5; they stand alone.
     special |= {i for i, t in (getattr(new_tok, "added_tokens_decoder", None) or {}).items() if t.special}
-    words, not_one = {}, []
+    words: dict[str, int] = {}
     for t in new_ids:
-        form = new_tok.decode([t])
-        w = form.strip()
-        if not w or w in words:
-            continue
-        words[w] = t
-        forms = (w,) if t in special else (w, " " + w)
-        bad = [f for f in forms if len(encode(new_tok, f)) != 1]
-        if bad:
-            not_one.append({"word": w, "form": bad[0], "ids": encode(new_tok, bad[0])})
+        w = new_tok.decode([t]).strip()
+        if w and w not in words:
+            words[w] = t
+    special_words = {w for w, t in words.items() if t in special}
+    cases = contexts.cases(list(words), special_words, names=contexts.CORE)
+    encoded = [encode(new_tok, c.text) for c in cases]
+    not_one, seen = [], set()
+    for case, w in contexts.misses(cases, encoded, dict.fromkeys(words), lead=0):
+        if w not in seen:
+            seen.add(w)
+            not_one.append({"word": w, "form": case.text, "ids": encode(new_tok, case.text)})
     return TokenizationCheck(
         paragraphs=len(paragraphs), paragraphs_with_new_tokens=with_new, old_text_ids_changed=len(changed),
         new_words=len(words), one_token_words=len(words) - len(not_one), not_one_token=not_one[:20],
@@ -572,7 +575,7 @@ def _measure(base: Path | None, new: Path, kind: ModelKind, device: str, inp: _I
 
     def start(model, passes: int) -> _Windows:
         w = _windows(model, inp, old_tok, new_tok)
-        progress.total(_work(w, inp, kind, passes, old_tok))
+        progress.count("validating", _work(w, inp, kind, passes, old_tok), "tok")
         m.dtype, m.device, m.missing = model.dtype, str(model.device), model.missing
         return w
 
@@ -727,7 +730,7 @@ def validate_checkpoint(
         seed: seed of the sampling check (same seed, same samples).
         device: "auto" (a GPU when present), "cpu" or "cuda".
         plot: write a histogram of per-position KL there (needs matplotlib).
-        progress: callbacks for stages and work done (`runtime.Progress`); none by default.
+        progress: callbacks for stages and work done (`progress.Progress`); none by default.
         method: "auto" (one pass when `new` was derived from `base` by add, else two), "one-pass"
             (refused when not derived) or "two-pass" (both models, always).
         revision: the Hub revision of whichever of `base` and `new` is a repo id (of both when both
@@ -757,7 +760,7 @@ def validate_checkpoint(
         marks.append((text.split(" (")[0].split(":")[0], time.perf_counter()))
         outer.stage(text)
 
-    progress = Progress(stage=stage, total=outer.total, advance=outer.advance)
+    progress = replace(outer, stage=stage)
     check_options(thresholds=th, device=device, max_tokens=max_tokens, plot=plot)
     if method not in ("auto", "one-pass", "two-pass"):
         raise InputError(f"method {method!r} is not one of auto, one-pass, two-pass")

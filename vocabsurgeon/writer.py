@@ -36,10 +36,10 @@ from typing import Callable, Iterator, Sized
 from .checkpoint import DTYPE_SIZES, ShardHeader
 from .errors import InputError, OutputExistsError, VocabSurgeonError
 from .filenames import CARD_NAME, REPORT_NAME
+from .progress import Advance
 
 logger = logging.getLogger(__name__)
 
-Progress = Callable[[int], None]
 STAGING_TAG = ".vocabsurgeon-staging-"
 _FICLONE = 0x40049409  # ioctl number of a reflink (btrfs, xfs, ...)
 _COPY_CHUNK = 256 << 20  # progress (and cancellation) granularity
@@ -64,7 +64,7 @@ class GrownTensor:
     patches: dict[int, bytes] = field(default_factory=dict)
 
 
-def _copy_range(src_fd: int, dst_fd: int, offset: int, count: int, progress: Progress,
+def _copy_range(src_fd: int, dst_fd: int, offset: int, count: int, progress: Advance,
                 dst_offset: int | None = None) -> None:
     """Copy `count` bytes at `offset` of src to dst (at `dst_offset`, or its current position),
     in the kernel when possible."""
@@ -99,7 +99,7 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def copy_file(src: Path, dst: Path, *, link: bool = False, progress: Progress = _noop) -> str:
+def copy_file(src: Path, dst: Path, *, link: bool = False, progress: Advance = _noop) -> str:
     """Copy a whole file: hard link (opt-in), else reflink, else an in-kernel copy. Returns the method."""
     if link:
         try:
@@ -223,7 +223,7 @@ def final_layout(reserved: ShardLayout, new_shapes: dict[str, tuple[int, ...]]) 
     return layout
 
 
-def copy_old_bytes(src: Path, layout: ShardLayout, dst: Path, progress: Progress = _noop,
+def copy_old_bytes(src: Path, layout: ShardLayout, dst: Path, progress: Advance = _noop,
                    names: tuple[str, ...] | None = None) -> None:
     """Copy the old bytes of the tensors `names` (default: all) of `src` to their place in `dst`,
     creating it if needed. The header and the new rows are written by `write_rows`, possibly while
@@ -244,7 +244,7 @@ def copy_old_bytes(src: Path, layout: ShardLayout, dst: Path, progress: Progress
         os.close(fd)
 
 
-def write_rows(dst: Path, layout: ShardLayout, grown: dict[str, GrownTensor], progress: Progress = _noop) -> None:
+def write_rows(dst: Path, layout: ShardLayout, grown: dict[str, GrownTensor], progress: Advance = _noop) -> None:
     """Complete the shard `dst`: its header, and the new rows (appended, and overwritten in place) of
     the grown tensors; the old bytes are already there (`copy_old_bytes`). Not flushed to disk: see `Syncer`."""
     by_name = {t.name: t for t in layout.header.tensors}

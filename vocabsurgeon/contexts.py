@@ -1,0 +1,97 @@
+"""A new word in context: the one table of texts in which a new word must be one token.
+
+"A new word is one token wherever it occurs, and text decodes as before" is checked three times,
+with three tokenizers: by the plan on the edited tokenizer built in memory (`TokenizerEditor`; a
+word that fails is skipped with the reason), after writing on the reloaded file (`verify_tokenizer`;
+a failure is a bug), and by validation through transformers (`validate.tokenization_check`). Each
+takes its contexts from CONTEXTS and its verdicts from `misses`, so the three cannot drift apart.
+
+A *soft* context does not skip a word: where a pre-tokenizer joins "(" or '"' to the letters
+(Llama 3's "(striped"), no entry can make the word one token there without changing old text, so
+the word keeps its old pieces there and the plan reports the context (`contexts_not_one_token`).
+
+    >>> [c.text for c in cases(["Frodo"], names=CORE)]
+    ['Frodo', ' Frodo']
+    >>> m = misses(cases(["Frodo"], names=CORE), [[7], [0, 7]], {"Frodo": {7}}, lead=0)
+    >>> [(c.context.name, c.text) for c, _ in m]
+    [('after a space', ' Frodo')]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Context:
+    """One kind of text around a new word; "{w}" is the word, "{next}" another new word."""
+
+    name: str
+    template: str
+    decode: bool = False  # the text must also decode as the original tokenizer decodes it
+    soft: bool = False  # not one token here is reported, not a reason to skip (see the module docstring)
+    alone: str | None = None  # "word": the text is exactly the one token; "space": one plus a lone space's pieces
+
+
+CONTEXTS = (
+    Context("alone", "{w}", alone="word"),  # a sentence start
+    Context("after a space", " {w}", alone="space"),
+    Context("before punctuation", "{w}."),
+    Context("repeated", "{w}, {w}.", decode=True),
+    Context("brackets", "({w})", decode=True, soft=True),
+    Context("quotes", '"{w}"', decode=True, soft=True),
+    Context("possessive", "I saw {w}'s", decode=True, soft=True),
+    Context("next to another new word", "{w} {next}"),
+)
+BY_NAME = {c.name: c for c in CONTEXTS}
+CORE = ("alone", "after a space")  # what every written tokenizer and every validation checks
+SPECIAL = ("alone",)  # special tokens stand alone; the pre-tokenizer never sees them
+
+
+@dataclass(frozen=True)
+class Case:
+    """One text to encode: a context filled in with a word (and its neighbour)."""
+
+    context: Context
+    text: str
+    expect: dict[str, int]  # word -> occurrences the ids must hold
+
+
+def cases(words: list[str], special: frozenset[str] | set[str] = frozenset(), names: tuple[str, ...] | None = None
+          ) -> list[Case]:
+    """The texts of `words` in the contexts `names` (None: all), special tokens alone only. A word
+    is paired with the next word of the list unless one contains the other."""
+    out = []
+    plain = [w for w in words if w not in special]
+    for w in words:
+        if w in special:
+            out += [Case(BY_NAME[n], w, {w: 1}) for n in SPECIAL if names is None or n in names]
+    for i, w in enumerate(plain):
+        nxt = plain[(i + 1) % len(plain)]
+        for c in CONTEXTS:
+            if names is not None and c.name not in names:
+                continue
+            if "{next}" in c.template:
+                if nxt == w or w in nxt or nxt in w:
+                    continue
+                out.append(Case(c, c.template.format(w=w, next=nxt), {w: 1, nxt: 1}))
+            else:
+                out.append(Case(c, c.template.format(w=w), {w: c.template.count("{w}")}))
+    return out
+
+
+def misses(cases_: list[Case], encoded: list[list[int]], ids_of: dict[str, set[int] | None], lead: int
+           ) -> list[tuple[Case, str]]:
+    """The (case, word) pairs where a word is not one token: its ids do not occur as often as the
+    word does (`ids_of[w]` None: any id), or, for a text that is the word alone, the text is not
+    that one token (plus `lead` pieces of a lone leading space where the original has them:
+    Llama 2's " Frodo" is "▁" + "▁Fro" + "do")."""
+    out = []
+    for case, ids in zip(cases_, encoded):
+        for w, n in case.expect.items():
+            want = ids_of.get(w)
+            count = n if want is None else sum(i in want for i in ids)
+            size = {"word": 1, "space": 1 + lead}.get(case.context.alone or "")
+            if count != n or (size is not None and len(ids) != size):
+                out.append((case, w))
+    return out

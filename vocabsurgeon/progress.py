@@ -1,0 +1,63 @@
+"""Progress of long runs: the one protocol through which the library reports work (it never prints).
+
+A `Progress` is three callbacks. `stage(text)` says what starts now, in words (validation's method
+and time estimate, each model it loads); `count(name, total, unit)` starts counting `total` units of
+the work `name` ("writing" in bytes, "validating" in tokens, each stage of the fitted init in its
+own units; called again for a running name it corrects the total) and returns an `Advance` for that
+count, which work running beside another (the copy thread of `add`) keeps; `advance(n)` reports n
+more units of the latest count. The CLI draws one bar per count and prints the stages above it
+(`cli.Bars`); a Python pipeline passes its own callbacks, or none.
+
+Steps that count one thing take only the `advance` callable (`Advance`: `add_tokens`' bytes,
+`count_words`' bytes, `compare`'s rows). Code that reports absolute positions of named stages uses
+`Progress.steps()`.
+
+    >>> seen = []
+    >>> p = Progress(count=lambda name, total, unit="": seen.append((name, total)) or seen.append, advance=seen.append)
+    >>> step = p.steps()
+    >>> step("input rows", 2, 5); step("input rows", 5, 5); step("output rows", 1, 3)
+    >>> seen
+    [('input rows', 5), 2, 3, ('output rows', 3), 1]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+Advance = Callable[[int], None]  # n more units of the one thing a step counts
+Steps = Callable[[str, int, int], None]  # step(name, done, total): see Progress.steps
+
+
+def _ignore(*_args) -> None:
+    pass
+
+
+def _count_nothing(name: str, total: int, unit: str = "") -> Advance:
+    return _ignore
+
+
+@dataclass
+class Progress:
+    """The callbacks of a long run; each defaults to doing nothing (see the module docstring)."""
+
+    stage: Callable[[str], None] = _ignore
+    count: Callable[..., Advance] = _count_nothing  # count(name, total, unit="") -> its Advance
+    advance: Advance = _ignore
+
+    def steps(self) -> Steps:
+        """A `step(name, done, total)` callable: a new name starts a count of `total` units, `done` is
+        the position within it (the form of the fitted init's loops)."""
+        running = {"name": None, "done": 0, "advance": _ignore}
+
+        def step(name: str, done: int, total: int) -> None:
+            if name != running["name"]:
+                running.update(name=name, done=0, advance=self.count(name, total))
+            if done > running["done"]:
+                running["advance"](done - running["done"])
+                running["done"] = done
+
+        return step
+
+
+SILENT = Progress()  # never mutated
