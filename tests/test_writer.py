@@ -113,7 +113,8 @@ def test_a_failed_plan_after_the_copy_started_leaves_nothing(gpt2_ckpt, tmp_path
 
 def test_progress_attached_late_still_counts_every_byte(llama_ckpt, tmp_path):
     from vocabsurgeon.checkpoint import Checkpoint
-    from vocabsurgeon.surgery import AddJob, open_target
+    from vocabsurgeon.planning import open_target
+    from vocabsurgeon.surgery import AddJob
 
     seen: list[int] = []
     with AddJob(open_target(llama_ckpt), tmp_path / "out") as job:

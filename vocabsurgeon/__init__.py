@@ -10,7 +10,8 @@ from .errors import InputError, OutputExistsError, PushError, ValidationFailed, 
 from .hub import PushResult, push, resolve_checkpoint
 from .modelcard import model_card, write_model_card
 from .init import STRATEGIES, kl_bound
-from .surgery import AddJob, AddOptions, AddResult, Plan, add_tokens, apply, open_target, plan_add, plan_tokens
+from .planning import AddOptions, Plan, open_target, plan_add, plan_tokens
+from .surgery import AddJob, AddResult, add_tokens, apply
 from .suggest import Suggestion, suggest_tokens
 from .wordlist import read_tokens_file
 from .pipeline import PushOptions, ValidationOptions, add_validate_push, finish_add

@@ -7,14 +7,9 @@ VOCABSURGEON_DEBUG=1 to see tracebacks.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import logging
 import os
 import signal
-import sys
 import traceback
-import warnings
 from pathlib import Path
 
 import click
@@ -22,11 +17,14 @@ import click
 from ._version import __version__
 from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, Interrupted, VocabSurgeonError
 from .compare import DEFAULT_K
-from .init import DEFAULT_EPS, MAX_SEED, STRATEGIES
+from .init import DEFAULT_EPS, MAX_SEED
 from .inspect import INSPECT_MAX_TOKENS
 from .suggest import DEFAULT_MIN_COUNT, DEFAULT_TOP
-
-STRATEGY_CHOICE = click.Choice(list(STRATEGIES))
+from .cli_options import (
+    CREATE_PR_OPTION, HF_TOKEN_HELP, PRIVATE_OPTION, STRATEGY_CHOICE, check_plot_dir, check_plot_here, common_options,
+    emit, fit_options, hub_options, is_quiet, progress_bars, quiet_hub, restoring_library_settings, setup_logging,
+    tensor_key_options, two_checkpoint_hub_options, validation_options, validation_options_of,
+)
 
 
 class _Group(click.Group):
@@ -35,7 +33,7 @@ class _Group(click.Group):
     def invoke(self, ctx):
         debug = os.environ.get("VOCABSURGEON_DEBUG") not in (None, "", "0")
         try:
-            with _restoring_library_settings():
+            with restoring_library_settings():
                 return super().invoke(ctx)
         except VocabSurgeonError as e:
             if debug:
@@ -56,50 +54,6 @@ class _Group(click.Group):
                 err=True,
             )
             ctx.exit(EXIT_INTERNAL)
-
-
-def _setup_logging(quiet: bool, verbose: bool) -> None:
-    level = logging.ERROR if quiet else (logging.DEBUG if verbose else logging.WARNING)
-    logging.basicConfig(level=level, format="%(levelname)s: %(message)s", stream=sys.stderr, force=True)
-    if quiet:
-        _silence_libraries()
-
-
-# -q means only errors on stderr, but transformers logs through its own handler ("[transformers] ..."),
-# draws its own bars, and Python warnings (FutureWarning from a forward) bypass logging. Its settings
-# are read when it is imported, which happens later (lazily), hence the environment.
-_QUIET_ENV = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
-
-
-def _silence_libraries() -> None:
-    warnings.simplefilter("ignore")
-    os.environ.update(_QUIET_ENV)
-    if "transformers" in sys.modules:  # already imported (a caller in the same process): tell it directly
-        from transformers.utils import logging as tf_logging
-
-        tf_logging.set_verbosity_error()
-        tf_logging.disable_progress_bar()
-
-
-@contextlib.contextmanager
-def _restoring_library_settings():
-    """Give a caller in the same process (a notebook, CliRunner) back what -q changed."""
-    env = {k: os.environ.get(k) for k in _QUIET_ENV}
-    with warnings.catch_warnings():
-        try:
-            yield
-        finally:
-            quieted = any(os.environ.get(k) != v for k, v in env.items())
-            for k, v in env.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-            if quieted and "transformers" in sys.modules:
-                from transformers.utils import logging as tf_logging
-
-                tf_logging.set_verbosity_warning()
-                tf_logging.enable_progress_bar()
 
 
 def _sigterm(signum, frame):  # run cleanups (staging removal) on `kill`, as on Ctrl-C
@@ -127,252 +81,8 @@ def cli(ctx, quiet, verbose):
     """
     ctx.ensure_object(dict)
     ctx.obj.update(quiet=quiet, verbose=verbose)
-    _setup_logging(quiet, verbose)
+    setup_logging(quiet, verbose)
     signal.signal(signal.SIGTERM, _sigterm)
-
-
-def common_options(fn):
-    """-q/--quiet and -v/--verbose on every command too (`vocabsurgeon add -q ...`)."""
-
-    def _set(flag):
-        def callback(ctx, param, value):
-            if value:
-                root = ctx.find_root()
-                root.ensure_object(dict)
-                root.obj[flag] = True
-                _setup_logging(root.obj.get("quiet", False), root.obj.get("verbose", False))
-            return value
-        return callback
-
-    fn = click.option("-v", "--verbose", is_flag=True, expose_value=False, callback=_set("verbose"),
-                      help="Debug logging on stderr.")(fn)
-    fn = click.option("-q", "--quiet", is_flag=True, expose_value=False, callback=_set("quiet"),
-                      help="Only errors on stderr; no progress bars.")(fn)
-    return fn
-
-
-def is_quiet(ctx) -> bool:
-    return bool(ctx.find_root().obj.get("quiet"))
-
-
-def _emit(data: dict) -> None:
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
-
-
-def _check_plot(ctx, param, value):
-    """--plot: matplotlib installed and a format it writes; checked before any long work, so that a bad
-    name is not found after minutes of validation."""
-    if value is not None:
-        from .errors import InputError
-        from .plot import require_plot
-
-        if not value:  # matplotlib would write a file named ".png" in the current directory
-            raise InputError("--plot needs a file name, e.g. --plot kl.png")
-        require_plot()
-        from matplotlib.backend_bases import FigureCanvasBase
-
-        formats = FigureCanvasBase.get_supported_filetypes()
-        suffix = Path(value).suffix.lstrip(".").lower()
-        if suffix not in formats:
-            raise InputError(f"--plot {value}: matplotlib cannot write a '.{suffix}' file; name it .png "
-                             f"(or {', '.join('.' + f for f in sorted(formats) if f != 'png')})")
-    return value
-
-
-def _check_plot_dir(plot: str | None, created: str | None = None) -> None:
-    """--plot's directory exists (or is `created`: add's OUT, made before the plot is drawn)."""
-    if plot and not Path(plot).parent.is_dir():
-        parent = Path(plot).parent
-        if created is None or parent.resolve() != Path(created).resolve():
-            from .errors import InputError
-
-            raise InputError(f"--plot {plot}: the directory {parent} does not exist; create it first")
-
-
-def _check_plot_here(ctx, param, value):
-    _check_plot(ctx, param, value)
-    _check_plot_dir(value)
-    return value
-
-
-def validation_options(fn):
-    """The corpus, work bound, plot and pass/fail thresholds of `validate`, shared with `add`."""
-    from .validate import DEFAULT_MAX_TOKENS, Thresholds
-
-    d = Thresholds()
-    for decorator in reversed([
-        click.option("--corpus", type=click.Path(dir_okay=False, path_type=str),
-                     help="UTF-8 text to validate on (default: a few KB of prose, dialogue, numbers and code "
-                          "shipped with vocabsurgeon)."),
-        click.option("--max-tokens", default=DEFAULT_MAX_TOKENS, show_default=True, type=click.IntRange(min=1),
-                     help="Corpus tokens of the KL check: bounds the work on big models."),
-        click.option("--plot", type=click.Path(dir_okay=False, path_type=str), callback=_check_plot,
-                     help="Also write a PNG histogram of per-position KL (needs the extra vocabsurgeon[plot])."),
-        click.option("--max-kl-mean", default=d.max_kl_mean, show_default=True, type=float,
-                     help="Fail when the mean KL(p_old||p_new) in nats is above this (or above the mean-init "
-                          "bound log(1+k/n), when that is larger)."),
-        click.option("--max-kl-p99", default=d.max_kl_p99, show_default=True, type=float,
-                     help="Fail when the 99th percentile of KL in nats is above this (or the bound, when larger)."),
-        click.option("--max-new-token-fraction", default=d.max_new_token_fraction, show_default=True, type=float,
-                     help="Fail when more of the tokens sampled after prompts without new words are new tokens."),
-        click.option("--max-stuck-fraction", default=d.max_stuck_fraction, show_default=True, type=float,
-                     help="Fail when more of the prompts ending in a new token make the model repeat it."),
-    ]):
-        fn = decorator(fn)
-    return fn
-
-
-def _quiet_hub(ctx, as_json: bool) -> None:
-    """huggingface_hub draws its own progress bars (download, upload); keep them off with -q and --json."""
-    if is_quiet(ctx) or as_json:
-        from huggingface_hub.utils import disable_progress_bars
-
-        disable_progress_bars()
-
-
-_PRIVATE_OPTION = click.option("--private", is_flag=True, default=None,
-                               help="Create the repo private (no effect when it exists; with add, needs --push-to).")
-_CREATE_PR_OPTION = click.option("--create-pr", is_flag=True,
-                                 help="Open a pull request instead of committing to the branch (review, then merge).")
-_HF_TOKEN_HELP = "Hugging Face token (default: HF_TOKEN, then the stored `hf auth login`)."
-
-
-def hub_options(which: str, note: str = "", token_use: str = ""):
-    """--revision and --hf-token of a command that reads checkpoints given as Hub repo ids.
-
-    `which` says what --revision applies to ("SRC when it is a Hub repo id"), `note` is added to its
-    help and `token_use` to the token's. The library resolves the repo ids (`hub.resolve_checkpoints`).
-    """
-    def decorate(fn):
-        fn = click.option("--hf-token", help=f"{_HF_TOKEN_HELP} {token_use}".strip())(fn)
-        return click.option("--revision", metavar="REV",
-                            help=f"Branch, tag or commit of {which} (default: main). {note}".strip())(fn)
-    return decorate
-
-
-def two_checkpoint_hub_options(names: str):
-    """hub_options of a command that reads two checkpoints (`names`, e.g. "A and B").
-
-    One --revision, for the one(s) given as repo ids: the usual case is one repo id (the original on
-    the Hub) and one local output; per-argument revisions would double the options for the rare
-    comparison of two revisions of one repo, which the help's note covers.
-    """
-    return hub_options(f"whichever of {names} is a Hub repo id, both when both are",
-                       "To use two revisions of one repo, download one with `hf download REPO --revision REV "
-                       "--local-dir DIR` and pass DIR.")
-
-
-def tensor_key_options(fn):
-    """--embedding-key and --lm-head-key: the vocabulary tensors of an architecture not in the table."""
-    fn = click.option("--lm-head-key", help="Name of the output matrix tensor, for architectures not in the table.")(fn)
-    return click.option("--embedding-key",
-                        help="Name of the input embedding tensor, for architectures not in the table.")(fn)
-
-
-def fit_options(fn):
-    """--untie and the --fit-* options of `add` (`--init fitted`; see fitted.py)."""
-    for decorator in reversed([
-        click.option("--untie", is_flag=True,
-                     help="Tied models: write a separate output matrix (old rows copied bit for bit; config "
-                          "tie_word_embeddings false), so --init fitted can fit input and output rows apart."),
-        click.option("--fit-corpus", type=click.Path(dir_okay=False, path_type=str),
-                     help="--init fitted: UTF-8 text that uses the new words (its paragraphs are the contexts). "
-                          "Without it the model writes its own contexts from a few seeded prompts per word."),
-        click.option("--fit-contexts", default=8, show_default=True, type=click.IntRange(min=1),
-                     help="--init fitted: context windows per new token, at most."),
-        click.option("--fit-steps", type=click.IntRange(min=0),
-                     help="--init fitted: Adam steps of the input-row distillation, at most. Default: up to 3 "
-                          "passes over the contexts, stopping when a pass gains < 1% on held-out contexts."),
-        click.option("--fit-output-steps", default=100, show_default=True, type=click.IntRange(min=1),
-                     help="--init fitted: L-BFGS iterations of the output-row fit."),
-        click.option("--fit-kl-limit", type=click.FloatRange(min=0),
-                     help="--init fitted: the held-out old-text KL mean (nats) the fitted output rows are shrunk "
-                          "toward the mean row to keep. Default: the mean-init bound log(1 + k/n)."),
-    ]):
-        fn = decorator(fn)
-    return fn
-
-
-class Bars:
-    """The CLI's side of `progress.Progress`: one tqdm bar per count on stderr, with the stages printed
-    above them ("running: ..."); nothing with -q or --json. A new count closes the counts that are done.
-
-    Where stderr is not a terminal (a pipeline's log) only the counts in LOGGED are drawn: validation
-    is the long step there, and its last line records how long it took; a log of byte counts is noise.
-    """
-
-    LOGGED = frozenset({"validating"})
-
-    def __init__(self, disable: bool):
-        self.disable, self.bars, self.units, self.latest = disable, {}, {}, None
-
-    def stage(self, text: str) -> None:
-        if not self.disable:
-            from tqdm.auto import tqdm
-
-            tqdm.write(f"running: {text}", file=sys.stderr)
-
-    def count(self, name: str, total: int | None, unit: str = ""):
-        """A bar for `name`, drawn once it has a total or work done (a step that fails before it
-        starts leaves no empty bar above the error)."""
-        if self.disable:
-            return _ignore
-        if name in self.bars:
-            bar = self.bars[name]
-            if bar is not None and total != bar.total:
-                bar.total = total
-                bar.refresh()
-        for done in [n for n, b in self.bars.items() if b is not None and b.total is not None and b.n >= b.total]:
-            self.bars.pop(done).close()
-        self.bars.setdefault(name, None)
-        self.units[name] = (total, unit)
-        if total:
-            self._draw(name)
-
-        def advance(n: int) -> None:
-            if n:
-                self._draw(name).update(n)
-
-        self.latest = advance
-        return advance
-
-    def _draw(self, name: str):
-        bar = self.bars.get(name)
-        if bar is None:
-            from tqdm.auto import tqdm
-
-            total, unit = self.units[name]
-            in_bytes = unit == "B"
-            bar = self.bars[name] = tqdm(total=total, desc=name, unit=unit or "it", unit_scale=in_bytes,
-                                         unit_divisor=1024 if in_bytes else 1000, file=sys.stderr,
-                                         disable=False if name in self.LOGGED else None)  # None: on a terminal
-        return bar
-
-    def advance(self, n: int) -> None:
-        if self.latest is not None:
-            self.latest(n)
-
-    def close(self) -> None:
-        for bar in self.bars.values():
-            if bar is not None:
-                bar.close()
-        self.bars.clear()
-
-
-def _ignore(*_args) -> None:
-    pass
-
-
-@contextlib.contextmanager
-def _bars(ctx, as_json: bool):
-    """The progress callbacks of a command (`progress.Progress`), drawn by `Bars` until the block ends."""
-    from .progress import Progress
-
-    bars = Bars(is_quiet(ctx) or as_json)
-    try:
-        yield Progress(stage=bars.stage, count=bars.count, advance=bars.advance)
-    finally:
-        bars.close()
 
 
 def _strategies_in_help(fn):
@@ -424,8 +134,8 @@ def _strategies_in_help(fn):
               "validation passed; see `vocabsurgeon push`.")
 @click.option("--push-revision", metavar="BRANCH", help="With --push-to: the branch to commit to (created from main "
               "when missing; default main).")
-@_PRIVATE_OPTION
-@_CREATE_PR_OPTION
+@PRIVATE_OPTION
+@CREATE_PR_OPTION
 @click.option("--message", help="With --push-to: the commit message (default: what was added, to which model).")
 @fit_options
 @validation_options
@@ -462,7 +172,7 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
     """
     from .errors import InputError, PushError, ValidationFailed
     from .pipeline import Finished, PushOptions, add_validate_push
-    from .surgery import AddOptions, open_target, plan_tokens
+    from .planning import AddOptions, open_target, plan_tokens
     from .wordlist import gather_tokens
 
     tokens = gather_tokens(tokens_file, inline)
@@ -476,17 +186,17 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
         fit_corpus=fit_corpus, fit_contexts=fit_contexts, fit_steps=fit_steps, fit_output_steps=fit_output_steps,
         fit_kl_limit=fit_kl_limit,
     ).check()
-    validation_opts = _validation_options(validation, seed=seed, device=device)
+    validation_opts = validation_options_of(validation, seed=seed, device=device)
     if no_validate and validation_opts.plot:
         raise InputError("--plot draws the validation's KL histogram; drop --no-validate or --plot")
-    _check_plot_dir(validation_opts.plot, created=out)
+    check_plot_dir(validation_opts.plot, created=out)
     validation_opts.check()
-    _quiet_hub(ctx, as_json)
+    quiet_hub(ctx, as_json)
     quiet = is_quiet(ctx)
     if dry_run:
         plan = plan_tokens(open_target(src, options, revision=revision, token=hf_token), tokens)
         if as_json:
-            _emit({"dry_run": True, **plan.to_dict()})
+            emit({"dry_run": True, **plan.to_dict()})
         else:
             click.echo(plan.describe())
         return
@@ -514,28 +224,28 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
             click.echo(f"Pushing {out} to {push_to}", err=True)
 
     try:
-        with _bars(ctx, as_json) as progress:
+        with progress_bars(ctx, as_json) as progress:
             done = add_validate_push(src, out, tokens, options, validation=None if no_validate else validation_opts,
                                      push=push_options, revision=revision, token=hf_token, progress=progress,
                                      on_plan=planned, on_step=step)
     except ValidationFailed as e:
         if as_json:
-            _emit(Finished(added[0], e.report).to_dict())
+            emit(Finished(added[0], e.report).to_dict())
         elif not quiet and e.report:
             click.echo("\n".join(e.report.summary_lines()[:-1]), err=True)
         raise
     except PushError as e:
         if as_json and getattr(e, "finished", None) is not None:
-            _emit({**e.finished.to_dict(), "push": {"error": str(e)}})
+            emit({**e.finished.to_dict(), "push": {"error": str(e)}})
         raise
     except Interrupted as e:
         if as_json and added:  # interrupted after the output was written
-            _emit({**added[0].to_dict(), "interrupted": str(e)})
+            emit({**added[0].to_dict(), "interrupted": str(e)})
         raise
     step("done", done)
     summary = done.to_dict()
     if as_json:
-        _emit(summary)
+        emit(summary)
     elif not quiet:
         click.echo(
             f"Wrote {out}: {len(summary['added'])} tokens, rows {summary['rows_before']} -> {summary['rows_after']}, "
@@ -562,7 +272,7 @@ _DEVICE_OPTION = click.option("--device", default="auto", show_default=True,
 @click.option("--k", "k", default=DEFAULT_K, show_default=True, type=int, help=_K_HELP)
 @_WHICH_OPTION
 @_DEVICE_OPTION
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=str), callback=_check_plot_here,
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=str), callback=check_plot_here,
               help="Also write a PNG histogram of the per-token scores (needs matplotlib).")
 @tensor_key_options
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
@@ -596,9 +306,9 @@ def compare(ctx, a, b, k, which, device, plot, embedding_key, lm_head_key, as_js
     """
     from .compare import compare as run_compare, plot_histogram
 
-    _quiet_hub(ctx, as_json)
+    quiet_hub(ctx, as_json)
     quiet = is_quiet(ctx) or as_json
-    with _bars(ctx, as_json) as progress:
+    with progress_bars(ctx, as_json) as progress:
         advance = progress.count("comparing", None, "tok")
         result = run_compare(a, b, k, which=which, device=device, embedding_key=embedding_key,
                              lm_head_key=lm_head_key, progress=advance,
@@ -607,7 +317,7 @@ def compare(ctx, a, b, k, which, device, plot, embedding_key, lm_head_key, as_js
     if plot:
         plot_histogram(result, plot)
     if as_json:
-        _emit(result.to_dict() | ({"plot": plot} if plot else {}))
+        emit(result.to_dict() | ({"plot": plot} if plot else {}))
     else:
         click.echo(result.describe())
         if plot and not quiet:
@@ -646,11 +356,11 @@ def neighbors(ctx, ckpt, tokens, k, metric, which, device, embedding_key, lm_hea
     """
     from .compare import neighbors as find
 
-    _quiet_hub(ctx, as_json)
+    quiet_hub(ctx, as_json)
     found = find(ckpt, list(tokens), k, metric=metric, which=which, device=device,
                  embedding_key=embedding_key, lm_head_key=lm_head_key, revision=revision, token=hf_token)
     if as_json:
-        _emit({"checkpoint": ckpt, "k": k, "metric": metric, "which": which,
+        emit({"checkpoint": ckpt, "k": k, "metric": metric, "which": which,
                "tokens": [n.to_dict() for n in found]})
     else:
         click.echo("\n".join(n.describe() for n in found if n.error is None))
@@ -696,10 +406,10 @@ def suggest_command(ctx, ckpt, corpus, top, min_count, output, embedding_key, lm
     """
     from .suggest import suggest_tokens
 
-    _quiet_hub(ctx, as_json)
+    quiet_hub(ctx, as_json)
     quiet = is_quiet(ctx) or as_json
     size = Path(corpus).stat().st_size if Path(corpus).is_file() else None
-    with _bars(ctx, as_json) as progress:
+    with progress_bars(ctx, as_json) as progress:
         result = suggest_tokens(ckpt, corpus, top=top, min_count=min_count,
                                 progress=progress.count("counting", size, "B"),
                                 embedding_key=embedding_key, lm_head_key=lm_head_key, revision=revision,
@@ -712,7 +422,7 @@ def suggest_command(ctx, ckpt, corpus, top, min_count, output, embedding_key, lm
         except OSError as e:
             raise WriteError(f"{output}: cannot write the tokens file ({e.strerror})") from None
     if as_json:
-        _emit(result.to_dict() | ({"output": output} if output else {}))
+        emit(result.to_dict() | ({"output": output} if output else {}))
     elif not output:
         click.echo(result.tokens_file(), nl=False)
     if not quiet:
@@ -723,17 +433,6 @@ def suggest_command(ctx, ckpt, corpus, top, min_count, output, embedding_key, lm
             click.echo(f"Wrote {len(result.words)} words to {output}", err=True)
 
 
-def _validation_options(validation: dict, *, seed: int, device: str):
-    """The pipeline's ValidationOptions from the shared validation flags."""
-    from .pipeline import ValidationOptions
-    from .validate import Thresholds
-
-    v = dict(validation)
-    corpus, max_tokens, plot = v.pop("corpus"), v.pop("max_tokens"), v.pop("plot")
-    return ValidationOptions(corpus=corpus, max_tokens=max_tokens, thresholds=Thresholds(**v), seed=seed,
-                             device=device, plot=plot)
-
-
 def _echo_pushed(d: dict) -> None:
     where = f"pull request {d['pr_url']}" if d["pr_url"] else d["commit_url"]
     click.echo(f"Pushed {len(d['files'])} files to {d['repo_id']} ({d['revision']}): {where}", err=True)
@@ -742,12 +441,12 @@ def _echo_pushed(d: dict) -> None:
 @cli.command("push")
 @click.argument("out", type=click.Path(file_okay=False, path_type=str))
 @click.argument("repo_id")
-@_PRIVATE_OPTION
+@PRIVATE_OPTION
 @click.option("--revision", metavar="BRANCH",
               help="The branch to commit to, created from main when missing (default: main); with --create-pr, "
                    "the branch the pull request targets.")
-@_CREATE_PR_OPTION
-@click.option("--token", "--hf-token", "token", help=_HF_TOKEN_HELP)
+@CREATE_PR_OPTION
+@click.option("--token", "--hf-token", "token", help=HF_TOKEN_HELP)
 @click.option("--message", help="The commit message (default: \"Upload OUT with vocabsurgeon VERSION\").")
 @click.option("--json", "as_json", is_flag=True,
               help="Print repo, revision, commit url, pr url and files as JSON on stdout.")
@@ -776,10 +475,10 @@ def push_command(ctx, out, repo_id, private, revision, create_pr, token, message
     """
     from .hub import push
 
-    _quiet_hub(ctx, as_json)
+    quiet_hub(ctx, as_json)
     result = push(out, repo_id, private=private, revision=revision, create_pr=create_pr, token=token, message=message)
     if as_json:
-        _emit(result.to_dict())
+        emit(result.to_dict())
     elif not is_quiet(ctx):
         _echo_pushed(result.to_dict())
 
@@ -832,17 +531,17 @@ def validate(ctx, base, new, seed, device, as_json, method, corpus, max_tokens, 
 
     thresholds = Thresholds(**limits)
     check_options(thresholds=thresholds, device=device, max_tokens=max_tokens, plot=plot)
-    _check_plot_dir(plot)
-    _quiet_hub(ctx, as_json)
+    check_plot_dir(plot)
+    quiet_hub(ctx, as_json)
     quiet = is_quiet(ctx) or as_json
-    with _bars(ctx, as_json) as progress:
+    with progress_bars(ctx, as_json) as progress:
         report = validate_checkpoint(base, new, corpus, thresholds=thresholds, max_tokens=max_tokens, seed=seed,
                                      device=device, plot=plot, revision=revision, token=hf_token, progress=progress,
                                      method=method)
     # An add output whose validation was interrupted gets its report and card filled in.
     filled = record_validation(new, report, plot)
     if as_json:
-        _emit(report.to_dict())
+        emit(report.to_dict())
     elif not is_quiet(ctx):
         click.echo("\n".join(report.summary_lines()[:-1]), err=True)
         if plot:
@@ -887,11 +586,11 @@ def inspect_command(ctx, ckpt, corpus, max_tokens, device, as_json, revision, hf
     """
     from .inspect import describe, inspect_checkpoint
 
-    _quiet_hub(ctx, as_json)
+    quiet_hub(ctx, as_json)
     report = inspect_checkpoint(ckpt, corpus, max_tokens=max_tokens, device=device, revision=revision,
                                 token=hf_token)
     if as_json:
-        _emit(report)
+        emit(report)
     else:
         click.echo("\n".join(describe(report)))
 

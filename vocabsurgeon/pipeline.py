@@ -258,7 +258,8 @@ def add_validate_push(src: str | os.PathLike, out: str | os.PathLike, tokens: li
         >>> done = add_validate_push("ckpt/", "out/", ["Frodo"], push=PushOptions("me/gpt2-lotr"))  # doctest: +SKIP
         >>> done.report.passed, done.pushed.commit_url  # doctest: +SKIP
     """
-    from .surgery import AddJob, AddOptions, open_target
+    from .planning import AddOptions, open_target
+    from .surgery import AddJob
 
     options = (options or AddOptions()).check()
     if validation is not None:

@@ -380,7 +380,7 @@ def rank(counts: CorpusCounts, tok: Tokenizer | None = None, *, min_count: int =
 
 def _skips(target, words: list[str]) -> dict[str, str]:
     """The words `add` would skip, with its reasons: the same plan as `add --dry-run`."""
-    from .surgery import plan_tokens
+    from .planning import plan_tokens
 
     return {s["token"]: s["reason"] for s in plan_tokens(target, words).tokens.skipped}
 
@@ -440,7 +440,7 @@ def suggest_tokens(ckpt: str | os.PathLike, corpus: str | os.PathLike, *, top: i
         >>> [c.word for c in s.words]
         ['Frodo', 'Gollum', 'Aragorn']
     """
-    from .surgery import AddOptions, open_target
+    from .planning import AddOptions, open_target
 
     if top < 1:
         raise InputError(f"--top must be at least 1, got {top}")
