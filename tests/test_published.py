@@ -70,7 +70,7 @@ def _add(src: Path, out: Path, *args: str) -> dict:
 CONTEXTS = ["{}", " {}", "{} went home.", "I saw {}.", "{}, and more", "I saw {}'s", "({})", '"{}"']
 
 
-@pytest.mark.slow  # downloads once (about 80 MB for all), then 262k-piece vocabularies: ~10 s each
+@pytest.mark.slow  # downloads once (about 95 MB for all), then 262k-piece vocabularies: ~10 s each
 @pytest.mark.parametrize("name", list(PUBLISHED))
 def test_ordinary_words_are_kept_one_token_in_context_and_old_text_keeps_its_ids(name, published, tmp_path):
     src, out = published(name), tmp_path / "out"
@@ -109,7 +109,7 @@ def test_ordinary_words_are_kept_one_token_in_context_and_old_text_keeps_its_ids
     assert all(set(v) <= {f"({w})", f'"{w}"', f"I saw {w}'s"} for w, v in contexts.items()), contexts
 
 
-@pytest.mark.parametrize("name", ["llama2", "mistral-v0.1", "mistral-v0.3"])
+@pytest.mark.parametrize("name", ["llama2", "mistral-v0.1"])
 def test_metas_layout_passes_validation_with_a_lone_space_piece_before_a_word(name, published, tmp_path):
     """Meta's layout encodes " mithril" as "▁" + the new token, as it encodes " the" as "▁" + "▁the": the
     validation after `add` failed every word there (exit 3) by asking for one token."""
