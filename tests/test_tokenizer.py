@@ -682,6 +682,48 @@ def test_slow_only_checkpoint_is_converted_and_says_so(slow_only, tmp_path):
     check_guarantees(src, out, WORDS)
 
 
+def test_a_sentencepiece_bpe_model_alone_is_read_in_metas_layout_and_its_words_are_kept(slow_only, tmp_path):
+    """Mistral's tokenizer.model as Mistral's own library ships it, with no tokenizer_config.json: transformers 5
+    converts it generically, with a Metaspace "always" pre-tokenizer that would put a "▁" after every added
+    token, so the Metaspace BPE family took only words of two pieces (issue 20: the published Mistral 7B v0.1
+    and v0.3 files kept none of 16 ordinary words). It is read in Meta's layout, which gives the same ids."""
+    from vocabsurgeon.families.sentencepiece_bpe import as_meta_layout
+    from vocabsurgeon.tokenizer import convert_slow_tokenizer
+
+    import sentencepiece as spm
+
+    src = Path(shutil.copytree(slow_only, tmp_path / "src"))
+    (src / "tokenizer_config.json").unlink()
+    buf = io.BytesIO()  # trained with Llama's and Mistral's settings: no normalization, spaces kept as they are
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(training_text()), model_writer=buf, vocab_size=600,
+                                   model_type="bpe", byte_fallback=True, character_coverage=1.0, minloglevel=2,
+                                   normalization_rule_name="identity", remove_extra_whitespaces=False)
+    (src / "tokenizer.model").write_bytes(buf.getvalue())
+    data, cls = convert_slow_tokenizer(src)
+    assert cls == "TokenizersBackend"
+    assert data["pre_tokenizer"] is None and [n["type"] for n in data["normalizer"]["normalizers"]] == ["Prepend",
+                                                                                                      "Replace"]
+    as_converted = AutoTokenizer.from_pretrained(src).backend_tokenizer
+    assert json.loads(as_converted.to_str())["pre_tokenizer"]["pretokenizers"][0]["prepend_scheme"] == "always"
+    ours = Tokenizer.from_str(json.dumps(data))
+    for text in [*OLD_TEXTS, " a leading space", "  two, then\n a newline", "</s>after<s> and </s> before", "a▁b", "",
+                 "▁x", " "]:
+        assert ours.encode(text).ids == as_converted.encode(text).ids, text
+    assert as_meta_layout(data) is data  # only transformers' own conversion is rewritten
+
+    summary = _add(src, tmp_path / "out", *_tokens_args(WORDS))
+    assert summary["tokenizer_family"] == "sentencepiece-bpe" and summary["skipped"] == []
+    assert {a["token"] for a in summary["added"]} == set(WORDS)
+    old, new = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(tmp_path / "out")
+    for text in OLD_TEXTS:
+        assert new(text).input_ids == old(text).input_ids, text
+    ids_of = {a["token"]: a["id"] for a in summary["added"]}
+    for w in WORDS:
+        for text in (f"{w} went home.", f"I saw {w}, and {w}'s.", f" {w}"):
+            ids = new(text, add_special_tokens=False).input_ids
+            assert ids.count(ids_of[w]) == text.count(w) and new.decode(ids) == text, (text, new.convert_ids_to_tokens(ids))
+
+
 def test_missing_tokenizer_is_refused_with_what_to_do(slow_only, tmp_path):
     src = Path(shutil.copytree(slow_only, tmp_path / "src"))
     (src / "tokenizer.model").unlink()

@@ -40,6 +40,7 @@ from .errors import InputError, VocabSurgeonError
 from .chats import chat_samples
 from .encoding import encode_batch, encode_ids, unpadded
 from .families import SUPPORTED_FAMILIES, Skip, detect_family, family_of
+from .families.sentencepiece_bpe import as_meta_layout
 from .filenames import CHAT_TEMPLATE_FILES, SLOW_TOKENIZER_FILES, TOKENIZER_CONFIG, TOKENIZER_FILE
 from .writer import write_json
 
@@ -112,7 +113,9 @@ def convert_slow_tokenizer(directory: str | Path, slow_file: str = SLOW_TOKENIZE
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(str(directory), trust_remote_code=False)
-        data = json.loads(tok.backend_tokenizer.to_str())
+        # A SentencePiece BPE tokenizer.model (Mistral, Llama) converts to a layout where added tokens cannot
+        # behave like words; it is rewritten as Meta's equivalent one (same ids for every text).
+        data = as_meta_layout(json.loads(tok.backend_tokenizer.to_str()))
     except Exception as e:  # conversion errors come from transformers, sentencepiece and protobuf alike
         raise InputError(
             f"{directory / slow_file}: transformers cannot convert it to tokenizer.json ({type(e).__name__}: "

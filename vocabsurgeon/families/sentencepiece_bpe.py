@@ -19,6 +19,40 @@ def _writes_metaspace(node) -> bool:
     return any(_writes_metaspace(n) for n in node.get("normalizers") or [])
 
 
+def _is_replace(node, pattern: dict, content: str) -> bool:
+    return isinstance(node, dict) and node.get("type") == "Replace" and node.get("pattern") == pattern \
+        and node.get("content") == content
+
+
+def as_meta_layout(data: dict) -> dict:
+    """transformers 5's conversion of a SentencePiece BPE `.model` with legacy on (Mistral's and Llama's
+    tokenizer.model: add_dummy_prefix, no normalization rule, no user-defined piece), rewritten as Meta's
+    tokenizer.json layout, which tokenizes every text to the same ids; any other tokenizer is returned as is.
+
+    That conversion writes normalizer [Replace(" ", "▁"), Replace(/\\A▁/, "▁▁")] and pre-tokenizer
+    Metaspace(prepend_scheme "always", split false): each stretch of text between added tokens becomes
+    "▁" + the stretch with spaces as "▁", exactly what Meta's normalizer [Prepend("▁"), Replace(" ", "▁")]
+    with no pre-tokenizer makes of it (a stretch " x": "▁▁x" both ways; "x": "▁x"). But the two differ
+    for new words: Metaspace "always" puts a "▁" after every added token ("Frodo, and" would decode as
+    "Frodo , and"), and an added token matched on normalized text ("Frodo") is normalized without the
+    "▁" that Prepend gives it in Meta's layout, so it would match inside "▁Frodo" and leave a lone "▁".
+    In Meta's layout the family makes each word one added token matched on normalized text (see
+    SentencePieceBPE); as converted, the Metaspace BPE family could take only words of two pieces.
+    """
+    norm, pre = data.get("normalizer"), data.get("pre_tokenizer")
+    steps = norm.get("normalizers") if isinstance(norm, dict) and norm.get("type") == "Sequence" else None
+    if isinstance(pre, dict) and pre.get("type") == "Sequence" and len(pre.get("pretokenizers") or []) == 1:
+        pre = pre["pretokenizers"][0]
+    if not ((data.get("model") or {}).get("type") == "BPE" and steps is not None and len(steps) == 2
+            and _is_replace(steps[0], {"String": " "}, "▁") and _is_replace(steps[1], {"Regex": "\\A▁"}, "▁▁")
+            and isinstance(pre, dict) and pre.get("type") == "Metaspace" and pre.get("replacement") == "▁"
+            and pre.get("prepend_scheme") == "always" and pre.get("split") is False):
+        return data
+    return {**data, "normalizer": {"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": "▁"}, {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
+        "pre_tokenizer": None}
+
+
 class SentencePieceBPE(Family):
     """Added tokens "Frodo" and " Frodo": Metaspace with prepend_scheme "first" puts no "▁" after
     them, so "Frodo, and" decodes as before. A form inside an existing token ("tion" of
