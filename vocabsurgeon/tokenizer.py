@@ -22,6 +22,10 @@ New ids may start past the tokenizer's size (rows reserved or padded in the embe
 vocabularies (BPE, WordPiece) simply have a gap; a Unigram vocabulary is a list indexed by id, so
 the gap is filled with placeholder pieces that contain a space, which pre-tokenized text never
 does, scored below every real piece: they are never produced and keep their rows' old meaning.
+
+One concept, hence one module over 600 lines: the editor (`TokenizerEditor`: open, plan, write)
+and the re-read of what it wrote (`verify_tokenizer`). The families' knowledge lives in
+`families/`, the contexts a word is checked in in `contexts.py`, the chat samples in `chats.py`.
 """
 
 from __future__ import annotations
