@@ -152,6 +152,13 @@ class TokenizerEditor:
                                 Tokenizer.from_str(json.dumps(self.data)))
         except Exception as e:  # the Rust parser raises plain Exception subclasses
             raise InputError(f"{file}: the tokenizers library cannot load it ({e}); re-download it") from None
+        if "type" not in (self.data.get("model") or {}):
+            # Written by tokenizers < 0.10 (t5-small and t5-base on the Hub): no component names its type and
+            # Metaspace has `add_prefix_space`. The library reads it by shape; its own serialization names
+            # every type (and loads as the same tokenizer), so the families can tell the model and the output
+            # is in the current format.
+            self.data = json.loads(Tokenizer.from_file(str(file)).to_str())
+            logger.info("%s is in the format of tokenizers < 0.10; read and written in the current one", file)
         cfg = self.dir / TOKENIZER_CONFIG
         self.config = read_json(cfg) if cfg.exists() else None
         self.family_name = detect_family(self.data)
