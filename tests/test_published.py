@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+from transformers import (AutoTokenizer, BertConfig, BertModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
+                          MistralForCausalLM)
 
 from vocabsurgeon.cli import cli
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 sys.path.insert(0, str(FIXTURES))
-from published import LOCAL, PUBLISHED, Missing, fetch  # noqa: E402
+from published import LOCAL, PUBLISHED, TOKENIZER_CONFIG, Missing, fetch  # noqa: E402
 
 WORDS = ["Frodo", "Gandalf", "Lothlórien", "mithril", "Galadriel", "José", "Björk", "Zoë", "Dvořák", "tachycardia",
          "angioplasty", "pneumothorax", "pathlib", "kubectl", "getUserName", "Москва"]
@@ -32,6 +33,8 @@ def _rows(files: Path) -> int:
         vocab = data["model"]["vocab"]  # Unigram: a list of [piece, score], the id is the index
         ids = range(len(vocab)) if isinstance(vocab, list) else vocab.values()
         return 1 + max([*ids, *(t["id"] for t in data["added_tokens"])])
+    if (files / "vocab.txt").is_file():  # WordPiece: one piece a line
+        return len((files / "vocab.txt").read_text(encoding="utf-8").splitlines())
     import sentencepiece
 
     return sentencepiece.SentencePieceProcessor(model_file=str(files / "tokenizer.model")).get_piece_size()
@@ -52,11 +55,18 @@ def published(tmp_path_factory):
                 pytest.skip(str(e))
             path = tmp_path_factory.mktemp(name) / "ckpt"
             torch.manual_seed(0)
-            config, model = (MistralConfig, MistralForCausalLM) if name.startswith("mistral") else \
-                (LlamaConfig, LlamaForCausalLM)
-            cfg = config(vocab_size=_rows(files), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
-            model(cfg).to(torch.bfloat16).save_pretrained(path)
+            if name.startswith("bert"):  # config.json's model_type is what makes vocab.txt a BertTokenizer
+                cfg = BertConfig(vocab_size=_rows(files), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                 num_attention_heads=2, max_position_embeddings=64)
+                BertModel(cfg).save_pretrained(path)
+            else:
+                config, model = (MistralConfig, MistralForCausalLM) if name.startswith("mistral") else \
+                    (LlamaConfig, LlamaForCausalLM)
+                cfg = config(vocab_size=_rows(files), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                             num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
+                model(cfg).to(torch.bfloat16).save_pretrained(path)
+            if name in TOKENIZER_CONFIG:  # the Hub repository's settings where its file is not taken
+                (path / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG[name]), encoding="utf-8")
             for f in {*(PUBLISHED.get(name) or LOCAL[name]).files, "special_tokens_map.json"}:  # not a real model's weights
                 if (files / f).is_file():
                     (path / f).write_bytes((files / f).read_bytes())
