@@ -102,6 +102,27 @@ def test_a_tokenizer_json_of_tokenizers_before_0_10_is_read_as_its_family(tmp_pa
     assert {t.form for t in ed.plan(["Frodo"]).new} == {"Frodo", " Frodo"}
 
 
+def test_a_metaspace_always_resave_of_metas_layout_is_read_with_the_same_ids_and_takes_added_tokens(tmp_path):
+    """transformers 5 re-saves Llama 2's tokenizer.json with no normalizer and a Metaspace "always" pre-tokenizer
+    (" Hello" is "▁Hello" there, "▁" + "▁Hello" in Meta's file): read as normalizer steps that do the same to
+    every text, so a word is one added token matched on normalized text, not only a merge of two pieces."""
+    import json
+
+    from builders import sp_bpe_meta
+
+    data = json.loads(sp_bpe_meta().backend_tokenizer.to_str())
+    data["normalizer"] = None
+    data["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": False}
+    (tmp_path / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+    ed = TokenizerEditor(tmp_path)
+    assert ed.family_name == "sentencepiece-bpe" and ed.data["pre_tokenizer"] is None
+    resaved = Tokenizer.from_str(json.dumps(data))
+    for text in [" Hello", "Hello", "  two  spaces ", "a\n b", "I saw Frodo, and more.", "▁x", ""]:
+        assert ed.tok.encode(text).ids == resaved.encode(text).ids, text
+    assert ed.family.entries("Frodo") == [Entry("Frodo", "Frodo", "added", normalized=True)]
+    assert any("Metaspace pre-tokenizer" in n for n in ed.plan(["Frodo"]).notes)
+
+
 def test_wordpiece_word_is_one_entry_punctuation_an_added_token_and_cjk_a_raw_added_token(editor):
     cased, uncased = editor("wordpiece-cased").family, editor("wordpiece-uncased").family
     assert cased.entries("Frodo") == [Entry("Frodo", "Frodo", "vocab")]

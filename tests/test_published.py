@@ -88,7 +88,29 @@ CONTEXTS = ["{}", " {}", "{} went home.", "I saw {}.", "{}, and more", "I saw {}
 @pytest.mark.slow  # downloads once (about 95 MB for all), then 262k-piece vocabularies: ~10 s each
 @pytest.mark.parametrize("name", [*PUBLISHED, *LOCAL])
 def test_ordinary_words_are_kept_one_token_in_context_and_old_text_keeps_its_ids(name, published, tmp_path):
-    src, out = published(name), tmp_path / "out"
+    _word_matrix(published(name), tmp_path / "out")
+
+
+def test_a_transformers_5_resave_of_llama_2_keeps_the_words_of_metas_layout(published, tmp_path):
+    """AutoTokenizer.from_pretrained(Llama 2).save_pretrained(dir) writes its tokenizer.json with no normalizer
+    and a Metaspace "always" pre-tokenizer: read as such, only words of two pieces could be kept (1 of the 16
+    here; issue 20: 13 of 82). Read in Meta's layout, every word is kept as on the published file."""
+    src = tmp_path / "resaved"
+    src.mkdir()
+    for f in published("llama2").iterdir():
+        if f.name not in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+            (src / f.name).write_bytes(f.read_bytes())
+    AutoTokenizer.from_pretrained(published("llama2")).save_pretrained(src)
+    data = json.loads((src / "tokenizer.json").read_text(encoding="utf-8"))
+    assert data["normalizer"] is None and data["pre_tokenizer"]["prepend_scheme"] == "always"  # the re-save's layout
+    summary = _word_matrix(src, tmp_path / "out")
+    assert summary["tokenizer_family"] == "sentencepiece-bpe"
+    assert [s["token"] for s in summary["skipped"]] == ["José"]  # already one token: "▁José"
+
+
+def _word_matrix(src: Path, out: Path) -> dict:
+    """`add` of WORDS to `src`: every kept word one token in every context (or reported), old text keeps its ids
+    through AutoTokenizer, decode round-trips where the original's does; returns the --json summary."""
     summary = _add(src, out, *[a for w in WORDS for a in ("-t", w)])
     kept = list(dict.fromkeys(a["token"] for a in summary["added"]))
     reasons = {s["token"]: s["reason"] for s in summary["skipped"]}
@@ -122,6 +144,7 @@ def test_ordinary_words_are_kept_one_token_in_context_and_old_text_keeps_its_ids
                 assert len(ids) == 1 + (lead if text != w else 0), (w, text, new.convert_ids_to_tokens(ids))
     assert set(contexts) <= set(kept)
     assert all(set(v) <= {f"({w})", f'"{w}"', f"I saw {w}'s"} for w, v in contexts.items()), contexts
+    return summary
 
 
 @pytest.mark.parametrize("name", ["llama2", "mistral-v0.1"])
