@@ -192,3 +192,17 @@ def test_the_real_all_minilm_checkpoint_takes_new_words_and_embeds_old_text_as_b
     assert torch.equal(torch.as_tensor(old.encode(sentences)), torch.as_tensor(new.encode(sentences)))
     ids = new.tokenizer("tachycardia and angioplasty", add_special_tokens=False)["input_ids"]
     assert len(ids) == 3 and new.tokenizer.decode(ids) == "tachycardia and angioplasty"
+
+
+def test_a_local_file_that_is_not_the_pinned_one_raises_and_a_missing_one_says_where_to_take_it(tmp_path, monkeypatch):
+    import published
+
+    (tmp_path / "bert-base-cased").mkdir()
+    (tmp_path / "bert-base-cased" / "vocab.txt").write_text("[PAD]\n[unused1]\n", encoding="utf-8")
+    monkeypatch.setattr(published, "LOCAL_DIRS", (tmp_path,))
+    with pytest.raises(RuntimeError, match=r"vocab.txt has sha256 [0-9a-f]{64}, not the pinned eeaa9875\w+: it is not "
+                                           r"google-bert/bert-base-cased's vocab.txt"):
+        fetch("bert-base-cased")
+    monkeypatch.setattr(published, "LOCAL_DIRS", (tmp_path / "none",))
+    with pytest.raises(Missing, match=r"take them from microsoft/BlingFire@18e9a19e\w+:ldbsrc/bert_base_cased_tok/"):
+        fetch("bert-base-cased")
