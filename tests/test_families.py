@@ -81,6 +81,48 @@ def test_unigram_word_is_two_pieces_scored_like_the_most_likely_piece(editor):
                                      Entry(" Frodo", "▁Frodo", "vocab", score=best)]
 
 
+def test_a_tokenizer_json_of_tokenizers_before_0_10_is_read_as_its_family(tmp_path):
+    """t5-small's tokenizer.json on the Hub (2020) names no model type and writes Metaspace with `str_rep`
+    and `add_prefix_space`: it was refused as an "other (None)" tokenizer. It is read, and written, in the
+    format the tokenizers library itself writes, which loads as the same tokenizer."""
+    import json
+
+    _tokenizer("unigram-file").save_pretrained(tmp_path)
+    file = tmp_path / "tokenizer.json"
+    data = json.loads(file.read_text(encoding="utf-8"))
+    del data["model"]["type"]
+    old_metaspace = {"type": "Metaspace", "replacement": "▁", "str_rep": "▁", "add_prefix_space": True}
+    data["pre_tokenizer"]["pretokenizers"][1] = data["decoder"] = old_metaspace
+    file.write_text(json.dumps(data), encoding="utf-8")
+    ed = TokenizerEditor(tmp_path)
+    assert ed.family_name == "unigram" and ed.data["model"]["type"] == "Unigram"
+    assert ed.data["pre_tokenizer"]["pretokenizers"][1]["prepend_scheme"] == "always"
+    text = "I saw Frodo, and more."
+    assert Tokenizer.from_str(json.dumps(ed.data)).encode(text).ids == Tokenizer.from_file(str(file)).encode(text).ids
+    assert {t.form for t in ed.plan(["Frodo"]).new} == {"Frodo", " Frodo"}
+
+
+def test_a_metaspace_always_resave_of_metas_layout_is_read_with_the_same_ids_and_takes_added_tokens(tmp_path):
+    """transformers 5 re-saves Llama 2's tokenizer.json with no normalizer and a Metaspace "always" pre-tokenizer
+    (" Hello" is "▁Hello" there, "▁" + "▁Hello" in Meta's file): read as normalizer steps that do the same to
+    every text, so a word is one added token matched on normalized text, not only a merge of two pieces."""
+    import json
+
+    from builders import sp_bpe_meta
+
+    data = json.loads(sp_bpe_meta().backend_tokenizer.to_str())
+    data["normalizer"] = None
+    data["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": False}
+    (tmp_path / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+    ed = TokenizerEditor(tmp_path)
+    assert ed.family_name == "sentencepiece-bpe" and ed.data["pre_tokenizer"] is None
+    resaved = Tokenizer.from_str(json.dumps(data))
+    for text in [" Hello", "Hello", "  two  spaces ", "a\n b", "I saw Frodo, and more.", "▁x", ""]:
+        assert ed.tok.encode(text).ids == resaved.encode(text).ids, text
+    assert ed.family.entries("Frodo") == [Entry("Frodo", "Frodo", "added", normalized=True)]
+    assert any("Metaspace pre-tokenizer" in n for n in ed.plan(["Frodo"]).notes)
+
+
 def test_wordpiece_word_is_one_entry_punctuation_an_added_token_and_cjk_a_raw_added_token(editor):
     cased, uncased = editor("wordpiece-cased").family, editor("wordpiece-uncased").family
     assert cased.entries("Frodo") == [Entry("Frodo", "Frodo", "vocab")]

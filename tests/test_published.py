@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+from transformers import (AutoTokenizer, BertConfig, BertModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
+                          MistralForCausalLM)
 
 from vocabsurgeon.cli import cli
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 sys.path.insert(0, str(FIXTURES))
-from published import PUBLISHED, fetch  # noqa: E402
+from published import LOCAL, PUBLISHED, TOKENIZER_CONFIG, Missing, fetch  # noqa: E402
 
 WORDS = ["Frodo", "Gandalf", "Lothlórien", "mithril", "Galadriel", "José", "Björk", "Zoë", "Dvořák", "tachycardia",
          "angioplasty", "pneumothorax", "pathlib", "kubectl", "getUserName", "Москва"]
@@ -29,7 +30,11 @@ def _rows(files: Path) -> int:
     """The published tokenizer's largest id + 1, read from its own files."""
     if (files / "tokenizer.json").is_file():
         data = json.loads((files / "tokenizer.json").read_text(encoding="utf-8"))
-        return 1 + max([*data["model"]["vocab"].values(), *(t["id"] for t in data["added_tokens"])])
+        vocab = data["model"]["vocab"]  # Unigram: a list of [piece, score], the id is the index
+        ids = range(len(vocab)) if isinstance(vocab, list) else vocab.values()
+        return 1 + max([*ids, *(t["id"] for t in data["added_tokens"])])
+    if (files / "vocab.txt").is_file():  # WordPiece: one piece a line
+        return len((files / "vocab.txt").read_text(encoding="utf-8").splitlines())
     import sentencepiece
 
     return sentencepiece.SentencePieceProcessor(model_file=str(files / "tokenizer.model")).get_piece_size()
@@ -44,15 +49,25 @@ def published(tmp_path_factory):
 
     def get(name: str) -> Path:
         if name not in built:
-            files = fetch(name)
+            try:
+                files = fetch(name)
+            except Missing as e:  # files no package ships, not committed (fixtures/published.py LOCAL)
+                pytest.skip(str(e))
             path = tmp_path_factory.mktemp(name) / "ckpt"
             torch.manual_seed(0)
-            config, model = (MistralConfig, MistralForCausalLM) if name.startswith("mistral") else \
-                (LlamaConfig, LlamaForCausalLM)
-            cfg = config(vocab_size=_rows(files), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
-            model(cfg).to(torch.bfloat16).save_pretrained(path)
-            for f in {*PUBLISHED[name].files, "special_tokens_map.json"}:  # not a real model's weights
+            if name.startswith("bert"):  # config.json's model_type is what makes vocab.txt a BertTokenizer
+                cfg = BertConfig(vocab_size=_rows(files), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                 num_attention_heads=2, max_position_embeddings=64)
+                BertModel(cfg).save_pretrained(path)
+            else:
+                config, model = (MistralConfig, MistralForCausalLM) if name.startswith("mistral") else \
+                    (LlamaConfig, LlamaForCausalLM)
+                cfg = config(vocab_size=_rows(files), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                             num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
+                model(cfg).to(torch.bfloat16).save_pretrained(path)
+            if name in TOKENIZER_CONFIG:  # the Hub repository's settings where its file is not taken
+                (path / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG[name]), encoding="utf-8")
+            for f in {*(PUBLISHED.get(name) or LOCAL[name]).files, "special_tokens_map.json"}:  # not a real model's weights
                 if (files / f).is_file():
                     (path / f).write_bytes((files / f).read_bytes())
             built[name] = path
@@ -71,9 +86,31 @@ CONTEXTS = ["{}", " {}", "{} went home.", "I saw {}.", "{}, and more", "I saw {}
 
 
 @pytest.mark.slow  # downloads once (about 95 MB for all), then 262k-piece vocabularies: ~10 s each
-@pytest.mark.parametrize("name", list(PUBLISHED))
+@pytest.mark.parametrize("name", [*PUBLISHED, *LOCAL])
 def test_ordinary_words_are_kept_one_token_in_context_and_old_text_keeps_its_ids(name, published, tmp_path):
-    src, out = published(name), tmp_path / "out"
+    _word_matrix(published(name), tmp_path / "out")
+
+
+def test_a_transformers_5_resave_of_llama_2_keeps_the_words_of_metas_layout(published, tmp_path):
+    """AutoTokenizer.from_pretrained(Llama 2).save_pretrained(dir) writes its tokenizer.json with no normalizer
+    and a Metaspace "always" pre-tokenizer: read as such, only words of two pieces could be kept (1 of the 16
+    here; issue 20: 13 of 82). Read in Meta's layout, every word is kept as on the published file."""
+    src = tmp_path / "resaved"
+    src.mkdir()
+    for f in published("llama2").iterdir():
+        if f.name not in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+            (src / f.name).write_bytes(f.read_bytes())
+    AutoTokenizer.from_pretrained(published("llama2")).save_pretrained(src)
+    data = json.loads((src / "tokenizer.json").read_text(encoding="utf-8"))
+    assert data["normalizer"] is None and data["pre_tokenizer"]["prepend_scheme"] == "always"  # the re-save's layout
+    summary = _word_matrix(src, tmp_path / "out")
+    assert summary["tokenizer_family"] == "sentencepiece-bpe"
+    assert [s["token"] for s in summary["skipped"]] == ["José"]  # already one token: "▁José"
+
+
+def _word_matrix(src: Path, out: Path) -> dict:
+    """`add` of WORDS to `src`: every kept word one token in every context (or reported), old text keeps its ids
+    through AutoTokenizer, decode round-trips where the original's does; returns the --json summary."""
     summary = _add(src, out, *[a for w in WORDS for a in ("-t", w)])
     kept = list(dict.fromkeys(a["token"] for a in summary["added"]))
     reasons = {s["token"]: s["reason"] for s in summary["skipped"]}
@@ -107,6 +144,7 @@ def test_ordinary_words_are_kept_one_token_in_context_and_old_text_keeps_its_ids
                 assert len(ids) == 1 + (lead if text != w else 0), (w, text, new.convert_ids_to_tokens(ids))
     assert set(contexts) <= set(kept)
     assert all(set(v) <= {f"({w})", f'"{w}"', f"I saw {w}'s"} for w, v in contexts.items()), contexts
+    return summary
 
 
 @pytest.mark.parametrize("name", ["llama2", "mistral-v0.1"])
@@ -154,3 +192,17 @@ def test_the_real_all_minilm_checkpoint_takes_new_words_and_embeds_old_text_as_b
     assert torch.equal(torch.as_tensor(old.encode(sentences)), torch.as_tensor(new.encode(sentences)))
     ids = new.tokenizer("tachycardia and angioplasty", add_special_tokens=False)["input_ids"]
     assert len(ids) == 3 and new.tokenizer.decode(ids) == "tachycardia and angioplasty"
+
+
+def test_a_local_file_that_is_not_the_pinned_one_raises_and_a_missing_one_says_where_to_take_it(tmp_path, monkeypatch):
+    import published
+
+    (tmp_path / "bert-base-cased").mkdir()
+    (tmp_path / "bert-base-cased" / "vocab.txt").write_text("[PAD]\n[unused1]\n", encoding="utf-8")
+    monkeypatch.setattr(published, "LOCAL_DIRS", (tmp_path,))
+    with pytest.raises(RuntimeError, match=r"vocab.txt has sha256 [0-9a-f]{64}, not the pinned eeaa9875\w+: it is not "
+                                           r"google-bert/bert-base-cased's vocab.txt"):
+        fetch("bert-base-cased")
+    monkeypatch.setattr(published, "LOCAL_DIRS", (tmp_path / "none",))
+    with pytest.raises(Missing, match=r"take them from microsoft/BlingFire@18e9a19e\w+:ldbsrc/bert_base_cased_tok/"):
+        fetch("bert-base-cased")

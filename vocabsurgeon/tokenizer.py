@@ -156,6 +156,19 @@ class TokenizerEditor:
                                 Tokenizer.from_str(json.dumps(self.data)))
         except Exception as e:  # the Rust parser raises plain Exception subclasses
             raise InputError(f"{file}: the tokenizers library cannot load it ({e}); re-download it") from None
+        if "type" not in (self.data.get("model") or {}):
+            # Written by tokenizers < 0.10 (t5-small and t5-base on the Hub): no component names its type and
+            # Metaspace has `add_prefix_space`. The library reads it by shape; its own serialization names
+            # every type (and loads as the same tokenizer), so the families can tell the model and the output
+            # is in the current format.
+            self.data = json.loads(Tokenizer.from_file(str(file)).to_str())
+            logger.info("%s is in the format of tokenizers < 0.10; read and written in the current one", file)
+        # transformers 5's re-save of Llama 2 (a Metaspace "always" pre-tokenizer): read in Meta's layout, which
+        # gives every text the same ids and lets new words be added tokens (see as_meta_layout)
+        self.rewritten = self.converted_from is None and as_meta_layout(self.data) is not self.data
+        if self.rewritten:
+            self.data = as_meta_layout(self.data)
+            self.tok = unpadded(Tokenizer.from_str(json.dumps(self.data)))
         cfg = self.dir / TOKENIZER_CONFIG
         self.config = read_json(cfg) if cfg.exists() else None
         self.family_name = detect_family(self.data)
@@ -329,6 +342,10 @@ class TokenizerEditor:
             if free:
                 notes.append(f"Unigram ids {free[0]}..{free[-1]} (rows already in the checkpoint) hold placeholder "
                              f"pieces {GAP_PIECE.format('N')!r} that are never produced, so new ids match their rows")
+        if self.rewritten and new:
+            notes.append(f"{TOKENIZER_FILE}'s Metaspace pre-tokenizer (prepend_scheme 'always') written as normalizer "
+                         "steps that give every text the same ids, so that new words are added tokens matched on "
+                         "normalized text (as in Meta's Llama 2 layout)")
         if self.converted_from:
             notes.append(f"{self.slow_file} converted to {TOKENIZER_FILE} with transformers' {self.converted_from}; "
                          f"{self.slow_file} itself does not have the new tokens")

@@ -24,6 +24,20 @@ def _is_replace(node, pattern: dict, content: str) -> bool:
         and node.get("content") == content
 
 
+# A normalizer step that prepends "▁" unless the text already starts with one: what a Metaspace pre-tokenizer
+# with prepend_scheme "always" does to each stretch of text (tokenizers' Replace of a zero-width match).
+PREPEND_UNLESS_THERE = {"type": "Replace", "pattern": {"Regex": "\\A(?!▁)"}, "content": "▁"}
+
+
+def prepends_in(node) -> bool:
+    """Whether a normalizer writes the leading "▁" (Prepend, or PREPEND_UNLESS_THERE)."""
+    if not isinstance(node, dict):
+        return False
+    if node.get("type") == "Prepend" or node == PREPEND_UNLESS_THERE:
+        return True
+    return any(prepends_in(n) for n in node.get("normalizers") or [])
+
+
 def as_meta_layout(data: dict) -> dict:
     """transformers 5's conversion of a SentencePiece BPE `.model` with legacy on (Mistral's and Llama's
     tokenizer.model: add_dummy_prefix, no normalization rule, no user-defined piece), rewritten as Meta's
@@ -38,19 +52,29 @@ def as_meta_layout(data: dict) -> dict:
     "▁" that Prepend gives it in Meta's layout, so it would match inside "▁Frodo" and leave a lone "▁".
     In Meta's layout the family makes each word one added token matched on normalized text (see
     SentencePieceBPE); as converted, the Metaspace BPE family could take only words of two pieces.
+
+    transformers 5's re-save of Meta's Llama 2 tokenizer.json (AutoTokenizer, then save_pretrained) has no
+    normalizer and that Metaspace pre-tokenizer: there a stretch that starts with a space gets no second "▁"
+    (" Hello" is "▁Hello", not "▁" + "▁Hello"). It is rewritten as the normalizer [Replace(" ", "▁"),
+    PREPEND_UNLESS_THERE] and no pre-tokenizer, which does exactly what the Metaspace did, to each stretch:
+    the same ids for every text, and the family's added tokens as in Meta's layout.
     """
     norm, pre = data.get("normalizer"), data.get("pre_tokenizer")
     steps = norm.get("normalizers") if isinstance(norm, dict) and norm.get("type") == "Sequence" else None
     if isinstance(pre, dict) and pre.get("type") == "Sequence" and len(pre.get("pretokenizers") or []) == 1:
         pre = pre["pretokenizers"][0]
-    if not ((data.get("model") or {}).get("type") == "BPE" and steps is not None and len(steps) == 2
-            and _is_replace(steps[0], {"String": " "}, "▁") and _is_replace(steps[1], {"Regex": "\\A▁"}, "▁▁")
-            and isinstance(pre, dict) and pre.get("type") == "Metaspace" and pre.get("replacement") == "▁"
-            and pre.get("prepend_scheme") == "always" and pre.get("split") is False):
+    if not ((data.get("model") or {}).get("type") == "BPE" and isinstance(pre, dict) and pre.get("type") == "Metaspace"
+            and pre.get("replacement") == "▁" and pre.get("prepend_scheme") == "always" and pre.get("split") is False):
         return data
-    return {**data, "normalizer": {"type": "Sequence", "normalizers": [
-        {"type": "Prepend", "prepend": "▁"}, {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
-        "pre_tokenizer": None}
+    space = {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}
+    if norm is None:  # transformers 5's re-save of Meta's layout
+        return {**data, "normalizer": {"type": "Sequence", "normalizers": [space, PREPEND_UNLESS_THERE]},
+                "pre_tokenizer": None}
+    if not (steps is not None and len(steps) == 2 and _is_replace(steps[0], {"String": " "}, "▁")
+            and _is_replace(steps[1], {"Regex": "\\A▁"}, "▁▁")):
+        return data
+    return {**data, "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "▁"}, space]},
+            "pre_tokenizer": None}
 
 
 class SentencePieceBPE(Family):
@@ -73,7 +97,7 @@ class SentencePieceBPE(Family):
     @staticmethod
     def matches(data: dict) -> bool:
         return (data.get("model") or {}).get("type") == "BPE" and (
-            has_node(data.get("pre_tokenizer"), "Metaspace") or has_node(data.get("normalizer"), "Prepend")
+            has_node(data.get("pre_tokenizer"), "Metaspace") or prepends_in(data.get("normalizer"))
             or _writes_metaspace(data.get("normalizer")))
 
     def prepare(self, words: list[str]) -> None:
@@ -81,7 +105,7 @@ class SentencePieceBPE(Family):
 
     def prepends_in_normalizer(self) -> bool:
         """Whether the "▁" is written by the normalizer (Meta's layout), not by a Metaspace pre-tokenizer."""
-        return has_node(self.ed.data.get("normalizer"), "Prepend") and self.ed.data.get("pre_tokenizer") is None
+        return prepends_in(self.ed.data.get("normalizer")) and self.ed.data.get("pre_tokenizer") is None
 
     def entries(self, w: str) -> list[Entry]:
         if self.prepends_in_normalizer():
