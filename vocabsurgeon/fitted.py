@@ -52,6 +52,7 @@ from .fit_common import (  # noqa: F401  (FitResult, Run, find_runs: the fitting
     Window,
     adam_passes,
     find_runs,
+    narrow_threads,
     pad_batch,
     read_fit_corpus,
 )
@@ -73,7 +74,6 @@ OUTPUT_STARTS = ("mean", "subword-mean", "first-piece")
 # figure the defaults above were chosen to keep on the fixtures. The mean's limit is --fit-kl-limit,
 # by default the mean-init bound log(1 + k/n).
 FIT_KL_P99 = 0.05
-SMALL_HIDDEN = 256  # narrower models run single-threaded on the CPU (see fit_rows)
 
 # Prompts of generated contexts; "{}" is the form (" Frodo" carries its space)
 BARE_PROMPTS = ("{}", "\"{}", "{} is", "({}")
@@ -111,20 +111,18 @@ def corpus_windows(text: str, tok, prefix: list[int], tokens: list[FitToken], le
 
 
 def check_kind(src: Path) -> ModelKind:
-    """The checkpoint's kind, refused in one line unless fitted can run it (a causal LM).
+    """The checkpoint's kind, refused in one line unless fitted can run it: a causal LM, or an encoder
+    (a masked-LM head, or a body without one such as a sentence-transformers checkpoint).
 
     Raises:
         InputError: naming the model kind, what fitted supports and what to use instead.
     """
     kind = model_kind(src)
-    if kind.kind == "causal":
+    if kind.kind in ("causal", "masked", "encoder"):
         return kind
-    what = {"seq2seq": f"{kind.class_name} is a sequence-to-sequence model",
-            "masked": f"{kind.class_name} is a masked-LM encoder",
-            "encoder": f"{kind.class_name} is an encoder without a language-model head (e.g. a sentence-transformers body)"
-            }.get(kind.kind or "", kind.reason)
-    raise InputError(f"{src}: --init fitted supports causal (decoder-only) language models; {what}: "
-                     "use --init subword-mean (or mean)")
+    what = {"seq2seq": f"{kind.class_name} is a sequence-to-sequence model"}.get(kind.kind or "", kind.reason)
+    raise InputError(f"{src}: --init fitted supports causal language models and encoders (BERT-style, masked-LM "
+                     f"or sentence-transformers); {what}: use --init subword-mean (or mean)")
 
 
 class _Model:
@@ -440,19 +438,16 @@ def fit_rows(src: str | Path, tokens: list[FitToken], roles: set[str], options: 
     src = Path(src)
     t0 = time.perf_counter()
     kind = check_kind(src)
+    if kind.kind != "causal":
+        from .fitted_encoder import fit_encoder_rows
+
+        return fit_encoder_rows(src, kind, tokens, roles, opts, say)
     tok = load_tokenizer(src)
     torch.manual_seed(opts.seed)
-    threads = torch.get_num_threads()
     with loaded_model(src, opts.device, kind, remedy="use --init mean or subword-mean") as lm:
         m = _Model(lm, tok)
-        if m.device.type == "cpu" and m.E.shape[1] < SMALL_HIDDEN:
-            # Matrices this narrow gain nothing from intra-op threads, and on a busy machine the OpenMP
-            # spin-waits cost 30x (measured: 20 distillation steps of llama-tiny, 0.7 s on 1 thread, 21 s on 2)
-            torch.set_num_threads(1)
-        try:
+        with narrow_threads(m.device, m.E.shape[1]):
             return _fit_loaded(m, src, tok, tokens, roles, opts, say, t0)
-        finally:
-            torch.set_num_threads(threads)
 
 
 def output_prior(start: str, W, tokens: list[FitToken]):
