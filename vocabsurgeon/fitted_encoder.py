@@ -378,7 +378,7 @@ def fit_encoder_rows(src: Path, kind: ModelKind, tokens: list[FitToken], roles: 
                 bias_new = float(bias.double().mean()) if bias is not None else None
                 head_rows = result.input_rows if shared else result.output_rows
                 if head_rows is not None:
-                    report["output"] = {"fitted": False, "rows": "the input rows (tied)" if shared else "sub-word mean",
+                    report["mlm_head"] = {"fitted": False, "rows": "the input rows (tied)" if shared else "sub-word mean",
                                         "bias": "mean", "old_text_kl": masked_lm_kl(enc, tok, head_rows, bias_new,
                                                                                     opts.old_text_tokens)}
     report["seconds"] = round(time.perf_counter() - t0, 3)
