@@ -178,14 +178,15 @@ def test_fitted_without_a_corpus_uses_seeded_templates(split, st_model, tmp_path
     a = add_tokens(st_model, tmp_path / "a", WORDS, init="fitted", seed=3, fit_steps=20).to_dict()["fitted"]
     b = add_tokens(st_model, tmp_path / "b", WORDS, init="fitted", seed=3, fit_steps=20).to_dict()["fitted"]
     assert a["contexts"]["source"] == "templates" and a["contexts"]["n_tokens_without_context"] == 0
-    rows = [AutoRows(tmp_path / d) for d in ("a", "b")]
+    assert a["contexts"] == b["contexts"] and a["input"]["held_out_loss"] == b["input"]["held_out_loss"]
+    rows = [_rows(tmp_path / d) for d in ("a", "b")]
     assert torch.equal(rows[0], rows[1])  # deterministic for a seed
     mean = add_tokens(st_model, tmp_path / "mean", WORDS, init="subword-mean")
     assert mean.to_dict()["init"]["input"] == "subword-mean"
     assert _cosines(st_model, tmp_path / "a", held).mean() > _cosines(st_model, tmp_path / "mean", held).mean()
 
 
-def AutoRows(path: Path) -> torch.Tensor:  # noqa: N802  (reads like the class it wraps)
+def _rows(path: Path) -> torch.Tensor:
     from transformers import AutoModel
 
     return AutoModel.from_pretrained(path).get_input_embeddings().weight.detach()

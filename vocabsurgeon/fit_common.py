@@ -45,7 +45,10 @@ class FitOptions:
     # of the time: the forward pass over the contexts is most of a kept-tied fit.
     context_tokens: int = 32
     input_steps: int | None = None  # Adam steps of the input distillation, at most (None: `passes` decide)
-    passes: int = 3  # passes over the windows, at most; a pass that gains < 1% on held-out windows stops it
+    # Passes over the windows, at most; a pass that gains < 1% on held-out windows stops it. None: 3 on
+    # a causal LM (a pass is a forward and backward over every window: minutes on a real model), 10 on an
+    # encoder (sentences through a small model; see fitted_encoder.ENCODER_PASSES).
+    passes: int | None = None
     output_steps: int = 100  # L-BFGS iterations of the output fit
     batch_size: int = 8  # windows per distillation step
     lr: float = 0.1  # Adam step, relative to the rms of the old input rows

@@ -74,6 +74,7 @@ OUTPUT_STARTS = ("mean", "subword-mean", "first-piece")
 # figure the defaults above were chosen to keep on the fixtures. The mean's limit is --fit-kl-limit,
 # by default the mean-init bound log(1 + k/n).
 FIT_KL_P99 = 0.05
+CAUSAL_PASSES = 3  # distillation passes over the windows, at most, unless FitOptions.passes says
 
 # Prompts of generated contexts; "{}" is the form (" Frodo" carries its space)
 BARE_PROMPTS = ("{}", "\"{}", "{} is", "({}")
@@ -524,10 +525,11 @@ def _fit_loaded(m: _Model, src: Path, tok, tokens: list[FitToken], roles: set[st
     result = FitResult(None, None, report)
     if "input" in roles:
         t1 = time.perf_counter()
+        passes = opts.passes if opts.passes is not None else CAUSAL_PASSES
         rows, distilled = distill_input_rows(m, windows, teacher, sub, opts.input_steps, opts.batch_size, opts.lr,
-                                             opts.seed, say, opts.passes)
+                                             opts.seed, say, passes)
         result.input_rows = rows.numpy()
-        report["input"] = {"start": "subword-mean", "max_passes": opts.passes, **distilled,
+        report["input"] = {"start": "subword-mean", "max_passes": passes, **distilled,
                            "seconds": round(time.perf_counter() - t1, 3)}
     if "output" in roles:
         t1 = time.perf_counter()

@@ -61,6 +61,9 @@ ENCODER_WINDOW = 128  # tokens per context at most (a sentence; capped by the mo
 # Weight of 1 - cos(sentence embedding) against the relative MSE of the other positions' hidden
 # states (about 2 (1 - cos) per position).
 POOLED_WEIGHT = 4.0
+# Distillation passes at most (FitOptions.passes None). On all-MiniLM-L6-v2 with 100 words (bench/encoder_bench.py)
+# the held-out loss still fell 15% in the third pass; a pass over 235 sentences is about 9 s there.
+ENCODER_PASSES = 10
 # Sentences of generated contexts, "{}" the word. Used in a seeded order, `contexts_per_word` of them.
 TEMPLATES = (
     "{} is mentioned here.", "This sentence is about {}.", "What is {}?", "I read about {} yesterday.",
@@ -242,7 +245,7 @@ def _teach(enc: _Encoder, windows: list[Window], pooling: Pooling, batch: int, s
 
 
 def distill_encoder_rows(enc: _Encoder, windows: list[Window], teacher: tuple[list, list], start, pooling: Pooling,
-                         opts: FitOptions, say):
+                         opts: FitOptions, say, passes: int = ENCODER_PASSES):
     """Input rows such that the encoder reading the new tokens keeps the hidden states of every other
     position and the sentence embedding it gives on the words' pieces (see the module docstring)."""
     import torch
@@ -274,7 +277,7 @@ def distill_encoder_rows(enc: _Encoder, windows: list[Window], teacher: tuple[li
 
     rms = float(enc.E.float().pow(2).mean().sqrt())
     return adam_passes(start, rms, usable, batch_loss, opts.input_steps, opts.batch_size, opts.lr, opts.seed, say,
-                       opts.passes, enc.device)
+                       passes, enc.device)
 
 
 def masked_lm_kl(enc: _Encoder, tok, rows, bias_new: float | None, max_tokens: int) -> dict | None:
@@ -365,8 +368,9 @@ def fit_encoder_rows(src: Path, kind: ModelKind, tokens: list[FitToken], roles: 
         with narrow_threads(enc.device, enc.E.shape[1]):
             t1 = time.perf_counter()
             teacher = _teach(enc, windows, pooling, opts.batch_size, say)
-            rows, distilled = distill_encoder_rows(enc, windows, teacher, start, pooling, opts, say)
-            report["input"] = {"start": "subword-mean", "max_passes": opts.passes, **distilled,
+            passes = opts.passes if opts.passes is not None else ENCODER_PASSES
+            rows, distilled = distill_encoder_rows(enc, windows, teacher, start, pooling, opts, say, passes)
+            report["input"] = {"start": "subword-mean", "max_passes": passes, **distilled,
                                "seconds": round(time.perf_counter() - t1, 3)}
             result = FitResult(rows.numpy(), None, report)
             out = enc.model.get_output_embeddings() if hasattr(enc.model, "get_output_embeddings") else None
