@@ -24,6 +24,8 @@ result. Nothing else in the model changes.
 - Contexts: windows of a corpus that use the words (at most `contexts_per_word` per token), or,
   without a corpus, text the model generates after a few prompts per word (seeded). The frozen
   model runs over them once (`_teach`); both fits read that pass.
+- Encoders (masked-LM heads, BERT bodies, sentence-transformers checkpoints) take another path:
+  `fit_rows` hands them to fitted_encoder.py. What both paths share is in fit_common.py.
 
 Only the fitting math lives here: loading, encoding, the packaged corpus and the device come from
 runtime.py and devices.py, as for validation. Deterministic for a seed on one machine. The
@@ -405,7 +407,8 @@ def fit_rows(src: str | Path, tokens: list[FitToken], roles: set[str], options: 
     """Fit the new rows of the checkpoint at `src` (the original) for `tokens`.
 
     Args:
-        src: the original checkpoint directory (a causal LM transformers can build).
+        src: the original checkpoint directory (a causal LM transformers can build, or an encoder:
+            see fitted_encoder.fit_encoder_rows).
         tokens: the new tokens, in row order; tokens without pieces (special tokens) keep the
             sub-word mean / mean row.
         roles: {"input"}, {"output"} or both: which rows to fit (input: distillation; output: convex fit).
@@ -418,8 +421,8 @@ def fit_rows(src: str | Path, tokens: list[FitToken], roles: set[str], options: 
         old-text KL (mean, p99, max; held-out packaged text) of the output rows.
 
     Raises:
-        InputError: the model cannot be loaded as a causal LM, its logits are not hidden . lm_head,
-            or the corpus cannot be read.
+        InputError: the model is a sequence-to-sequence model or cannot be loaded, its logits are not
+            hidden . lm_head, or the corpus cannot be read.
 
     Example:
         >>> r = fit_rows("fixtures/llama-tiny", [FitToken(" Frodo", (1, 2))], {"output"})  # doctest: +SKIP
