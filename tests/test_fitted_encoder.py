@@ -207,7 +207,7 @@ def test_cli_add_fitted_on_a_sentence_transformers_checkpoint(split, st_model, t
     d = json.loads(res.stdout)
     assert d["validation"]["passed"] and d["fitted"]["contexts"]["name"] == "fit.txt"
     card = (out / "README.md").read_text()
-    assert "fit.txt" in card and "fitted as input" in card
+    assert "fit.txt" in card and "fitted as input" in card and "sentence embedding (mean pooling)" in card
     AutoModel.from_pretrained(out)
     emb = SentenceTransformer(str(out), device="cpu").encode(held[:3])
     assert emb.shape == (3, 32) and np.isfinite(emb).all()
