@@ -207,36 +207,6 @@ def test_the_shrink_keeps_the_old_text_kl_within_the_limit_asked_for(split):
     assert not np.allclose(r.output_rows, free.output_rows)
 
 
-def test_fitted_refuses_a_seq2seq_model_in_one_line(tmp_path):
-    from builders import bytelevel_tokenizer, save_checkpoint
-    from transformers import T5Config, T5ForConditionalGeneration
-
-    tok = bytelevel_tokenizer(600)
-    cfg = T5Config(vocab_size=len(tok), d_model=32, d_ff=64, d_kv=16, num_layers=1, num_decoder_layers=1,
-                   num_heads=2, decoder_start_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id)
-    src = save_checkpoint(T5ForConditionalGeneration(cfg).eval(), tok, tmp_path / "t5")
-    res = CliRunner().invoke(cli, ["add", "-q", "-t", "Frodo", "--init", "fitted", str(src), str(tmp_path / "out")])
-    assert res.exit_code == 2 and not (tmp_path / "out").exists()
-    assert (f"{src}: --init fitted supports causal (decoder-only) language models; T5ForConditionalGeneration is a "
-            "sequence-to-sequence model: use --init subword-mean (or mean)") in res.output
-    assert len(res.output.strip().splitlines()) == 1  # no transformers dump
-
-
-def test_fitted_refuses_a_sentence_transformers_body_in_one_line(tmp_path):
-    from builders import bytelevel_tokenizer, save_checkpoint
-    from transformers import BertConfig, BertModel
-
-    tok = bytelevel_tokenizer(600)
-    tok.pad_token = tok.eos_token
-    cfg = BertConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                     num_attention_heads=2, max_position_embeddings=64, pad_token_id=tok.pad_token_id)
-    src = save_checkpoint(BertModel(cfg, add_pooling_layer=False).eval(), tok, tmp_path / "st")
-    res = CliRunner().invoke(cli, ["add", "-q", "-t", "Frodo", "--init", "fitted", str(src), str(tmp_path / "out")])
-    assert res.exit_code == 2 and not (tmp_path / "out").exists()
-    assert (f"{src}: --init fitted supports causal (decoder-only) language models; BertModel is an encoder without "
-            "a language-model head (e.g. a sentence-transformers body): use --init subword-mean (or mean)") in res.output
-
-
 def test_generated_contexts_when_no_corpus():
     from transformers import AutoTokenizer
 

@@ -24,6 +24,8 @@ result. Nothing else in the model changes.
 - Contexts: windows of a corpus that use the words (at most `contexts_per_word` per token), or,
   without a corpus, text the model generates after a few prompts per word (seeded). The frozen
   model runs over them once (`_teach`); both fits read that pass.
+- Encoders (masked-LM heads, BERT bodies, sentence-transformers checkpoints) take another path:
+  `fit_rows` hands them to fitted_encoder.py. What both paths share is in fit_common.py.
 
 Only the fitting math lives here: loading, encoding, the packaged corpus and the device come from
 runtime.py and devices.py, as for validation. Deterministic for a seed on one machine. The
@@ -32,18 +34,30 @@ library never prints: progress goes to a callback.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from .checks import KLCheck
 from .errors import InputError
+from .fit_common import (  # noqa: F401  (FitResult, Run, find_runs: the fitting API, importable from here)
+    DEFAULT_OLD_TEXT_WEIGHT,
+    FitOptions,
+    FitResult,
+    FitToken,
+    Run,
+    Window,
+    adam_passes,
+    find_runs,
+    narrow_threads,
+    pad_batch,
+    read_fit_corpus,
+)
 from .runtime import LoadedModel, ModelKind, context_length, encode, load_tokenizer, loaded_model, model_kind, read_corpus
 from .tokenizer import chat_samples
 
@@ -52,140 +66,21 @@ logger = logging.getLogger(__name__)
 # progress(stage, done, total): the CLI draws one bar per stage
 Progress = Callable[[str, int, int], None]
 
-# The output fit's L2 weight and old-text weight, chosen on the trained fixtures over l2 in {0.1, 0.3,
-# 1, 3} x weight in {1, 4, 16} (bench/RESULTS.md): weighting old text controls the KL at less cost in
-# bits per byte than a stronger L2 does; this pair keeps KL mean within log(1 + k/n) and p99 under
-# 0.05 nats on held-out old text for both fixtures, tied and untied.
+# The output fit's L2 weight and old-text weight (fit_common.DEFAULT_OLD_TEXT_WEIGHT = 16), chosen on the
+# trained fixtures over l2 in {0.1, 0.3, 1, 3} x weight in {1, 4, 16} (bench/RESULTS.md): weighting old
+# text controls the KL at less cost in bits per byte than a stronger L2 does; this pair keeps KL mean
+# within log(1 + k/n) and p99 under 0.05 nats on held-out old text for both fixtures, tied and untied.
 DEFAULT_L2 = 0.3
-DEFAULT_OLD_TEXT_WEIGHT = 16.0
 OUTPUT_STARTS = ("mean", "subword-mean", "first-piece")
 # The held-out old-text KL's 99th percentile the shrink keeps (nats; at least the mean limit): the
 # figure the defaults above were chosen to keep on the fixtures. The mean's limit is --fit-kl-limit,
 # by default the mean-init bound log(1 + k/n).
 FIT_KL_P99 = 0.05
-SMALL_HIDDEN = 256  # narrower models run single-threaded on the CPU (see fit_rows)
+CAUSAL_PASSES = 3  # distillation passes over the windows, at most, unless FitOptions.passes says
 
 # Prompts of generated contexts; "{}" is the form (" Frodo" carries its space)
 BARE_PROMPTS = ("{}", "\"{}", "{} is", "({}")
 SPACE_PROMPTS = ("The{}", "It was{}", "We talked about{}", "I saw{}")
-
-
-@dataclass(frozen=True)
-class FitToken:
-    """One new token as fitting sees it: the text it stands for and its pieces under the old tokenizer."""
-
-    form: str
-    pieces: tuple[int, ...]
-
-
-@dataclass
-class FitOptions:
-    """Bounds and knobs of the fit; the CLI's --fit-* flags map one to one."""
-
-    corpus: str | None = None  # text that uses the words; None: generated contexts
-    contexts_per_word: int = 8  # windows per new token, at most
-    # Tokens per window around an occurrence (capped by the model's positions). On SmolLM2-135M with
-    # 100 words (bench/fitted_bench.py) 32 gave the bits per byte of 48 (x1.0126 vs x1.0124) in 30%
-    # of the time: the forward pass over the contexts is most of a kept-tied fit.
-    context_tokens: int = 32
-    input_steps: int | None = None  # Adam steps of the input distillation, at most (None: `passes` decide)
-    passes: int = 3  # passes over the windows, at most; a pass that gains < 1% on held-out windows stops it
-    output_steps: int = 100  # L-BFGS iterations of the output fit
-    batch_size: int = 8  # windows per distillation step
-    lr: float = 0.1  # Adam step, relative to the rms of the old input rows
-    l2: float | None = None  # weight of the L2 prior toward the start row (sum objective, logit units); None: DEFAULT_L2
-    # Mass the ideal puts on a new token where its word follows: "corpus" = 1 (the corpus is right:
-    # maximum likelihood of the new tokenization), "model" = p_old(pieces | prefix) (the old model is
-    # right); default: corpus with a corpus, model for generated contexts.
-    target: str | None = None
-    # Prior of the output rows: "mean" (keeps the KL near the mean-init bound), "subword-mean"
-    # (a tied row must also serve as input: it stays near the pieces' mean, which reads well) or
-    # "first-piece" (the new token predicts like the piece it replaces at the word's start).
-    output_start: str = "subword-mean"
-    kl_limit: float | None = None  # held-out old-text KL mean the output rows are shrunk to; None: log(1 + k/n)
-    old_text_tokens: int = 2048  # positions of packaged old text in the output objective (and as many held out)
-    old_text_weight: float = DEFAULT_OLD_TEXT_WEIGHT  # weight of those positions' KL (the contexts' weigh 1)
-    seed: int = 0
-    device: str = "cpu"
-    generated_tokens: int = 48  # generated contexts: tokens sampled after each prompt
-    prompts_per_word: int = 4
-
-
-@dataclass
-class FitResult:
-    """Fitted rows, (k, hidden) float64 in the order of the tokens given, and what was done."""
-
-    input_rows: np.ndarray | None
-    output_rows: np.ndarray | None
-    report: dict = field(default_factory=dict)
-
-
-@dataclass
-class Run:
-    """An occurrence of a new token in a window: old ids [start, start + length) become token j."""
-
-    start: int
-    length: int
-    j: int
-
-
-@dataclass
-class Window:
-    """One context: ids under the old tokenizer, the runs of pieces that become new tokens, and
-    the ids the new tokenizer gives (a new token j as n_old + j)."""
-
-    old: list[int]
-    runs: list[Run]
-
-    def new_ids(self, n_old: int) -> list[int]:
-        out, i = [], 0
-        for r in self.runs:
-            out += self.old[i:r.start] + [n_old + r.j]
-            i = r.start + r.length
-        return out + self.old[i:]
-
-    def aligned(self) -> tuple[list[int], list[int]]:
-        """(old positions, new positions) whose outputs should agree, from the first new token on:
-        the new token's position matches its last piece's, and piece-interior positions have no match."""
-        olds, news = [], []
-        if not self.runs:
-            return olds, news
-        shift, ri = 0, 0
-        for i in range(self.runs[0].start, len(self.old)):
-            while ri < len(self.runs) and i >= self.runs[ri].start + self.runs[ri].length:
-                shift += self.runs[ri].length - 1
-                ri += 1
-            if ri < len(self.runs) and i >= self.runs[ri].start:
-                r = self.runs[ri]
-                if i != r.start + r.length - 1:
-                    continue  # inside the word: no new position reads these pieces
-                olds.append(i)
-                news.append(r.start - shift)
-                continue
-            olds.append(i)
-            news.append(i - shift)
-        return olds, news
-
-
-def find_runs(ids: list[int], tokens: list[FitToken]) -> list[Run]:
-    """Left to right, the longest new token whose pieces start at each position (as added tokens
-    match: a word inside a longer one is replaced too)."""
-    by_first: dict[int, list[tuple[tuple[int, ...], int]]] = {}
-    for j, t in enumerate(tokens):
-        if t.pieces:
-            by_first.setdefault(t.pieces[0], []).append((t.pieces, j))
-    for cands in by_first.values():
-        cands.sort(key=lambda c: -len(c[0]))
-    runs, i = [], 0
-    while i < len(ids):
-        for pieces, j in by_first.get(ids[i], ()):
-            if tuple(ids[i:i + len(pieces)]) == pieces:
-                runs.append(Run(i, len(pieces), j))
-                i += len(pieces)
-                break
-        else:
-            i += 1
-    return runs
 
 
 def corpus_windows(text: str, tok, prefix: list[int], tokens: list[FitToken], length: int,
@@ -219,20 +114,18 @@ def corpus_windows(text: str, tok, prefix: list[int], tokens: list[FitToken], le
 
 
 def check_kind(src: Path) -> ModelKind:
-    """The checkpoint's kind, refused in one line unless fitted can run it (a causal LM).
+    """The checkpoint's kind, refused in one line unless fitted can run it: a causal LM, or an encoder
+    (a masked-LM head, or a body without one such as a sentence-transformers checkpoint).
 
     Raises:
         InputError: naming the model kind, what fitted supports and what to use instead.
     """
     kind = model_kind(src)
-    if kind.kind == "causal":
+    if kind.kind in ("causal", "masked", "encoder"):
         return kind
-    what = {"seq2seq": f"{kind.class_name} is a sequence-to-sequence model",
-            "masked": f"{kind.class_name} is a masked-LM encoder",
-            "encoder": f"{kind.class_name} is an encoder without a language-model head (e.g. a sentence-transformers body)"
-            }.get(kind.kind or "", kind.reason)
-    raise InputError(f"{src}: --init fitted supports causal (decoder-only) language models; {what}: "
-                     "use --init subword-mean (or mean)")
+    what = {"seq2seq": f"{kind.class_name} is a sequence-to-sequence model"}.get(kind.kind or "", kind.reason)
+    raise InputError(f"{src}: --init fitted supports causal language models and encoders (BERT-style, masked-LM "
+                     f"or sentence-transformers); {what}: use --init subword-mean (or mean)")
 
 
 class _Model:
@@ -276,18 +169,6 @@ class _Model:
         self._checked = True
 
 
-def _pad(seqs: list[list[int]], pad: int, device):
-    import torch
-
-    T = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), T), pad, dtype=torch.long)
-    mask = torch.zeros((len(seqs), T), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, :len(s)] = torch.tensor(s)
-        mask[i, :len(s)] = 1
-    return ids.to(device), mask.to(device)
-
-
 @dataclass
 class _Teacher:
     """What the frozen model says on each window (old tokenization), kept on the CPU."""
@@ -308,7 +189,7 @@ def _teach(m: _Model, windows: list[Window], batch: int, say: Progress, stage: s
     t = _Teacher([], [], [])
     for s in range(0, len(windows), batch):
         part = windows[s:s + batch]
-        ids, mask = _pad([w.old for w in part], 0, m.device)
+        ids, mask = pad_batch([w.old for w in part], 0, m.device)
         if not m._checked:
             m.check_linear_head(ids[:, :int(mask[0].sum())])
         with torch.no_grad():
@@ -418,36 +299,22 @@ def fit_output_rows(data: _OutputData, prior, b_new: float, l2: float, steps: in
 def distill_input_rows(m: _Model, windows: list[Window], teacher: _Teacher, start, steps: int | None, batch: int,
                        lr: float, seed: int, say: Progress, passes: int = 3):
     """Input rows such that the model reading new tokens gives the hidden states it gives on their
-    pieces, at the aligned positions from the first new token on (MSE relative to |h|^2).
-
-    Adam in passes over the windows (at most `passes`, and at most `steps` steps when given). Every
-    8th window (16 or more) is held out: after each pass its loss decides, and the rows of the best
-    pass are kept; the run stops when a pass improves the held-out loss by less than 1%.
+    pieces, at the aligned positions from the first new token on (MSE relative to |h|^2), by
+    `fit_common.adam_passes` (passes over the windows, held-out windows keep the best pass).
 
     Returns:
         (rows (k, hidden) float64, a report: steps, passes, held-out loss per pass, skipped steps).
     """
     import torch
 
-    R = start.clone().float().to(m.device).requires_grad_(True)
     rms = float(m.E.float().pow(2).mean().sqrt())
-    opt = torch.optim.Adam([R], lr=lr * rms)
     usable = [i for i, w in enumerate(windows) if w.runs]
-    report = {"steps": 0, "passes": 0, "held_out_windows": 0, "held_out_loss": [], "final_loss": None,
-              "skipped_steps": 0}
-    if not usable or steps == 0:
-        return R.detach().double().cpu(), report
-    held = usable[::8] if len(usable) >= 16 else []
-    train = [i for i in usable if i not in set(held)]
-    per_pass = -(-len(train) // batch)
-    total = passes * per_pass if steps is None else min(steps, passes * per_pass)
-    rng = np.random.default_rng(seed)
-    h2 = float(torch.cat([teacher.h[i] for i in usable]).pow(2).sum(-1).mean())
+    h2 = float(torch.cat([teacher.h[i] for i in usable]).pow(2).sum(-1).mean()) if usable else 1.0
     pieces = [w.new_ids(m.n) for w in windows]
     aligned = [w.aligned() for w in windows]
 
-    def batch_loss(part):
-        ids, mask = _pad([pieces[i] for i in part], 0, m.device)
+    def batch_loss(part, R):
+        ids, mask = pad_batch([pieces[i] for i in part], 0, m.device)
         emb = m.E[ids.clamp(max=m.n - 1)]
         # Only the new tokens' positions read R, through a one-hot product over those positions: the
         # backward of R[index] accumulates in a thread-dependent order (rows differed in the last bits
@@ -464,54 +331,7 @@ def distill_input_rows(m: _Model, windows: list[Window], teacher: _Teacher, star
             count += len(olds)
         return loss / (count * h2)
 
-    def held_loss() -> float:
-        with torch.no_grad():
-            return float(sum(float(batch_loss(held[s:s + batch])) * len(held[s:s + batch])
-                             for s in range(0, len(held), batch)) / len(held))
-
-    best = held_loss() if held else None
-    best_R = R.detach().clone()
-    if held:
-        report["held_out_loss"].append(best)
-    report["held_out_windows"] = len(held)
-    step = 0
-    while step < total:
-        order = list(rng.permutation(train))
-        for s in range(0, len(order), batch):
-            if step >= total:
-                break
-            loss = batch_loss(order[s:s + batch])
-            opt.zero_grad()
-            loss.backward()
-            if torch.isfinite(loss) and torch.isfinite(R.grad).all():
-                opt.step()
-                report["final_loss"] = float(loss.detach())
-            else:  # an overflow in this batch: skip it rather than poison the rows
-                report["skipped_steps"] += 1
-            step += 1
-            say("input rows", step, total)
-        report["passes"] += 1
-        if not held:
-            best_R = R.detach().clone()
-            continue
-        now = held_loss()
-        report["held_out_loss"].append(now)
-        if now < best:
-            best_R, gain, best = R.detach().clone(), (best - now) / best, now
-            if gain >= 0.01:
-                continue
-        break  # converged (or worse): the best pass's rows stand
-    say("input rows", total, total)
-    report["steps"] = step
-    if report["skipped_steps"]:
-        logger.warning("input distillation: %d of %d steps skipped (non-finite loss or gradient)",
-                       report["skipped_steps"], step)
-    rows = best_R.double().cpu()
-    bad = ~torch.isfinite(rows).all(1)
-    if bad.any():  # never write a non-finite row: keep the start (the sub-word mean) for those
-        logger.warning("input distillation: %d row(s) not finite; they keep the sub-word mean", int(bad.sum()))
-        rows[bad] = start.double().cpu()[bad]
-    return rows, report
+    return adam_passes(start, rms, usable, batch_loss, steps, batch, lr, seed, say, passes, m.device)
 
 
 def generated_windows(m: _Model, tok, tokens: list[FitToken], opts: FitOptions, say: Progress) -> list[Window]:
@@ -535,7 +355,7 @@ def generated_windows(m: _Model, tok, tokens: list[FitToken], opts: FitOptions, 
         seqs = [list(p) for p in part]
         done = [False] * len(seqs)
         for _ in range(min(opts.generated_tokens, limit - max(len(p) for p in part))):
-            ids, mask = _pad(seqs, pad, m.device)
+            ids, mask = pad_batch(seqs, pad, m.device)
             with torch.no_grad():
                 h = m.hidden(ids, mask)
                 last = mask.sum(1) - 1
@@ -582,25 +402,13 @@ def old_text_windows(tok, prefix: list[int], length: int, held_length: int, max_
     return halves
 
 
-def _corpus_id(path: str) -> tuple[str, str]:
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise InputError(f"{p}: cannot read the fit corpus ({e.strerror}); pass a UTF-8 text file to --fit-corpus") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError(f"{p}: invalid UTF-8 at byte {e.start}; save the fit corpus as UTF-8") from None
-    return text, hashlib.sha256(data).hexdigest()
-
-
 def fit_rows(src: str | Path, tokens: list[FitToken], roles: set[str], options: FitOptions | None = None,
              progress: Progress | None = None) -> FitResult:
     """Fit the new rows of the checkpoint at `src` (the original) for `tokens`.
 
     Args:
-        src: the original checkpoint directory (a causal LM transformers can build).
+        src: the original checkpoint directory (a causal LM transformers can build, or an encoder:
+            see fitted_encoder.fit_encoder_rows).
         tokens: the new tokens, in row order; tokens without pieces (special tokens) keep the
             sub-word mean / mean row.
         roles: {"input"}, {"output"} or both: which rows to fit (input: distillation; output: convex fit).
@@ -613,8 +421,8 @@ def fit_rows(src: str | Path, tokens: list[FitToken], roles: set[str], options: 
         old-text KL (mean, p99, max; held-out packaged text) of the output rows.
 
     Raises:
-        InputError: the model cannot be loaded as a causal LM, its logits are not hidden . lm_head,
-            or the corpus cannot be read.
+        InputError: the model is a sequence-to-sequence model or cannot be loaded, its logits are not
+            hidden . lm_head, or the corpus cannot be read.
 
     Example:
         >>> r = fit_rows("fixtures/llama-tiny", [FitToken(" Frodo", (1, 2))], {"output"})  # doctest: +SKIP
@@ -634,19 +442,16 @@ def fit_rows(src: str | Path, tokens: list[FitToken], roles: set[str], options: 
     src = Path(src)
     t0 = time.perf_counter()
     kind = check_kind(src)
+    if kind.kind != "causal":
+        from .fitted_encoder import fit_encoder_rows
+
+        return fit_encoder_rows(src, kind, tokens, roles, opts, say)
     tok = load_tokenizer(src)
     torch.manual_seed(opts.seed)
-    threads = torch.get_num_threads()
     with loaded_model(src, opts.device, kind, remedy="use --init mean or subword-mean") as lm:
         m = _Model(lm, tok)
-        if m.device.type == "cpu" and m.E.shape[1] < SMALL_HIDDEN:
-            # Matrices this narrow gain nothing from intra-op threads, and on a busy machine the OpenMP
-            # spin-waits cost 30x (measured: 20 distillation steps of llama-tiny, 0.7 s on 1 thread, 21 s on 2)
-            torch.set_num_threads(1)
-        try:
+        with narrow_threads(m.device, m.E.shape[1]):
             return _fit_loaded(m, src, tok, tokens, roles, opts, say, t0)
-        finally:
-            torch.set_num_threads(threads)
 
 
 def output_prior(start: str, W, tokens: list[FitToken]):
@@ -699,7 +504,7 @@ def _fit_loaded(m: _Model, src: Path, tok, tokens: list[FitToken], roles: set[st
     bounds = ("contexts_per_word", "context_tokens", "input_steps", "output_steps", "batch_size", "seed")
     report: dict = {"method": "fitted", "roles": sorted(roles), **{k: getattr(opts, k) for k in bounds}}
     if opts.corpus is not None:
-        text, sha = _corpus_id(opts.corpus)
+        text, sha = read_fit_corpus(opts.corpus)
         windows = corpus_windows(text, tok, m.prefix, tokens, length, opts.contexts_per_word)
         report["contexts"] = {"source": "corpus", "name": Path(opts.corpus).name, "sha256": sha}
     else:
@@ -723,10 +528,11 @@ def _fit_loaded(m: _Model, src: Path, tok, tokens: list[FitToken], roles: set[st
     result = FitResult(None, None, report)
     if "input" in roles:
         t1 = time.perf_counter()
+        passes = opts.passes if opts.passes is not None else CAUSAL_PASSES
         rows, distilled = distill_input_rows(m, windows, teacher, sub, opts.input_steps, opts.batch_size, opts.lr,
-                                             opts.seed, say, opts.passes)
+                                             opts.seed, say, passes)
         result.input_rows = rows.numpy()
-        report["input"] = {"start": "subword-mean", "max_passes": opts.passes, **distilled,
+        report["input"] = {"start": "subword-mean", "max_passes": passes, **distilled,
                            "seconds": round(time.perf_counter() - t1, 3)}
     if "output" in roles:
         t1 = time.perf_counter()

