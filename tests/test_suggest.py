@@ -24,7 +24,7 @@ from vocabsurgeon.cli import cli
 from vocabsurgeon.suggest import (
     _Reader,
     count_words,
-    load_tokenizer,
+    counting_tokenizer,
     rank,
     suggest_tokens,
 )
@@ -142,7 +142,7 @@ TRICKY = ("Éowyn rode to Edoras; Éowyn's horse was naïve.\r\n   \r\n\tThéode
 def test_counts_do_not_depend_on_the_chunk_or_read_size(name, tmp_path, monkeypatch):
     corpus = tmp_path / "c.txt"
     corpus.write_text("\ufeff" + CORPUS.read_text(encoding="utf-8") + TRICKY, encoding="utf-8")
-    tok = load_tokenizer(FIXTURES / name)
+    tok = counting_tokenizer(FIXTURES / name)
     big = count_words(tok, corpus)
     assert big.bytes == corpus.stat().st_size - 3  # the BOM is not text
     monkeypatch.setattr(suggest_module, "READ_BYTES", 5)  # partial lines, UTF-8 characters cut in two
@@ -357,7 +357,7 @@ def test_the_projection_is_what_add_then_delivers_on_the_fixture(tmp_path):
     d = json.loads(r.stdout)
     assert run("add", "-q", "--no-validate", "--tokens", tokens, FIXTURES / "gpt2-tiny", tmp_path / "out").exit_code == 0
     # the corpus has no word that contains a proposed word, so the projection is exact here
-    after = count_words(load_tokenizer(tmp_path / "out"), CORPUS)
+    after = count_words(counting_tokenizer(tmp_path / "out"), CORPUS)
     assert after.tokens == d["tokens_after"] < d["tokens_before"]
 
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from .progress import Steps
 from .errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -178,7 +178,7 @@ def read_fit_corpus(path: str) -> tuple[str, str]:
 
 
 def adam_passes(start, scale: float, usable: list[int], batch_loss, steps: int | None, batch: int, lr: float,
-                seed: int, say: Callable[[str, int, int], None], passes: int = 3, device=None):
+                seed: int, say: Steps, passes: int = 3, device=None):
     """New rows by Adam from `start`, minimizing `batch_loss(window indices, R)` over the `usable` windows.
 
     Passes over the windows in a seeded order (at most `passes`, and at most `steps` steps when
@@ -280,3 +280,18 @@ def narrow_threads(device, hidden: int):
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+def contexts_found(windows: list[Window], tokens: list[FitToken], stays_at: str) -> dict:
+    """How many contexts the tokens got (the report's `contexts` figures); warns about tokens with none,
+    whose rows stay at their starting point (`stays_at` names it)."""
+    occurrences = [0] * len(tokens)
+    for w in windows:
+        for r in w.runs:
+            occurrences[r.j] += 1
+    missing = [t.form for t, c in zip(tokens, occurrences) if c == 0 and t.pieces]
+    if missing:
+        logger.warning("%d new token(s) never occur in the contexts, e.g. %r: their rows stay at %s",
+                       len(missing), missing[0], stays_at)
+    return {"windows": len(windows), "occurrences": sum(occurrences), "tokens_without_context": missing[:20],
+            "n_tokens_without_context": len(missing)}

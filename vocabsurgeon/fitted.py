@@ -37,15 +37,16 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from .progress import Steps
 from .checks import KLCheck
 from .errors import InputError
 from .fit_common import (  # noqa: F401  (FitResult, Run, find_runs: the fitting API, importable from here)
+    contexts_found,
     DEFAULT_OLD_TEXT_WEIGHT,
     FitOptions,
     FitResult,
@@ -59,12 +60,9 @@ from .fit_common import (  # noqa: F401  (FitResult, Run, find_runs: the fitting
     read_fit_corpus,
 )
 from .runtime import LoadedModel, ModelKind, context_length, encode, load_tokenizer, loaded_model, model_kind, read_corpus
-from .tokenizer import chat_samples
+from .chats import chat_samples
 
 logger = logging.getLogger(__name__)
-
-# progress(stage, done, total): the CLI draws one bar per stage
-Progress = Callable[[str, int, int], None]
 
 # The output fit's L2 weight and old-text weight (fit_common.DEFAULT_OLD_TEXT_WEIGHT = 16), chosen on the
 # trained fixtures over l2 in {0.1, 0.3, 1, 3} x weight in {1, 4, 16} (bench/RESULTS.md): weighting old
@@ -83,7 +81,7 @@ BARE_PROMPTS = ("{}", "\"{}", "{} is", "({}")
 SPACE_PROMPTS = ("The{}", "It was{}", "We talked about{}", "I saw{}")
 
 
-def corpus_windows(text: str, tok, prefix: list[int], tokens: list[FitToken], length: int,
+def word_windows(text: str, tok, prefix: list[int], tokens: list[FitToken], length: int,
                    per_token: int) -> list[Window]:
     """Windows of at most `length` tokens around the occurrences of new tokens in the paragraphs of
     `text`, in corpus order: each ends a quarter of `length` after an occurrence (the positions that
@@ -121,9 +119,9 @@ def check_kind(src: Path) -> ModelKind:
         InputError: naming the model kind, what fitted supports and what to use instead.
     """
     kind = model_kind(src)
-    if kind.kind in ("causal", "masked", "encoder"):
+    if kind.task in ("causal", "masked", "encoder"):
         return kind
-    what = {"seq2seq": f"{kind.class_name} is a sequence-to-sequence model"}.get(kind.kind or "", kind.reason)
+    what = {"seq2seq": f"{kind.class_name} is a sequence-to-sequence model"}.get(kind.task or "", kind.reason)
     raise InputError(f"{src}: --init fitted supports causal language models and encoders (BERT-style, masked-LM "
                      f"or sentence-transformers); {what}: use --init subword-mean (or mean)")
 
@@ -178,7 +176,7 @@ class _Teacher:
     lp_next: list  # per window: (T - 1,) float64 log p(next old id)
 
 
-def _teach(m: _Model, windows: list[Window], batch: int, say: Progress, stage: str = "model on contexts") -> _Teacher:
+def _teach(m: _Model, windows: list[Window], batch: int, say: Steps, stage: str = "model on contexts") -> _Teacher:
     """The frozen model's pass over `windows`, once: what the fits read instead of running it again.
 
     log Z is a float32 log-sum-exp over the vocabulary (its rounding, ~1e-7 relative, moves a KL by
@@ -256,7 +254,7 @@ def _kl_figures(kl) -> dict:
     return {"positions": c.positions, "mean": c.mean, "p99": c.p99, "max": c.max}
 
 
-def fit_output_rows(data: _OutputData, prior, b_new: float, l2: float, steps: int, say: Progress, device=None):
+def fit_output_rows(data: _OutputData, prior, b_new: float, l2: float, steps: int, say: Steps, device=None):
     """The new output rows minimizing sum over positions of CE(ideal || p_new) + l2/2 * scale * |W - prior|^2.
 
     Per position: weight * (log(Z_old + sum_j exp(s_j)) - log Z_old) - sum_j q_j s_j, s = h . W^T + b. Convex in
@@ -297,7 +295,7 @@ def fit_output_rows(data: _OutputData, prior, b_new: float, l2: float, steps: in
 
 
 def distill_input_rows(m: _Model, windows: list[Window], teacher: _Teacher, start, steps: int | None, batch: int,
-                       lr: float, seed: int, say: Progress, passes: int = 3):
+                       lr: float, seed: int, say: Steps, passes: int = 3):
     """Input rows such that the model reading new tokens gives the hidden states it gives on their
     pieces, at the aligned positions from the first new token on (MSE relative to |h|^2), by
     `fit_common.adam_passes` (passes over the windows, held-out windows keep the best pass).
@@ -334,7 +332,7 @@ def distill_input_rows(m: _Model, windows: list[Window], teacher: _Teacher, star
     return adam_passes(start, rms, usable, batch_loss, steps, batch, lr, seed, say, passes, m.device)
 
 
-def generated_windows(m: _Model, tok, tokens: list[FitToken], opts: FitOptions, say: Progress) -> list[Window]:
+def generated_windows(m: _Model, tok, tokens: list[FitToken], opts: FitOptions, say: Steps) -> list[Window]:
     """Contexts the model writes itself: each form in a few prompts, continued by seeded sampling."""
     import torch
 
@@ -403,7 +401,7 @@ def old_text_windows(tok, prefix: list[int], length: int, held_length: int, max_
 
 
 def fit_rows(src: str | Path, tokens: list[FitToken], roles: set[str], options: FitOptions | None = None,
-             progress: Progress | None = None) -> FitResult:
+             progress: Steps | None = None) -> FitResult:
     """Fit the new rows of the checkpoint at `src` (the original) for `tokens`.
 
     Args:
@@ -442,7 +440,7 @@ def fit_rows(src: str | Path, tokens: list[FitToken], roles: set[str], options: 
     src = Path(src)
     t0 = time.perf_counter()
     kind = check_kind(src)
-    if kind.kind != "causal":
+    if kind.task != "causal":
         from .fitted_encoder import fit_encoder_rows
 
         return fit_encoder_rows(src, kind, tokens, roles, opts, say)
@@ -495,7 +493,7 @@ def shrink_to_limit(h, logz, W, M, b_new: float, limit_mean: float, limit_p99: f
     return lo, kl_lo
 
 
-def _fit_loaded(m: _Model, src: Path, tok, tokens: list[FitToken], roles: set[str], opts: FitOptions, say: Progress,
+def _fit_loaded(m: _Model, src: Path, tok, tokens: list[FitToken], roles: set[str], opts: FitOptions, say: Steps,
                 t0: float) -> FitResult:
     import torch
 
@@ -505,22 +503,13 @@ def _fit_loaded(m: _Model, src: Path, tok, tokens: list[FitToken], roles: set[st
     report: dict = {"method": "fitted", "roles": sorted(roles), **{k: getattr(opts, k) for k in bounds}}
     if opts.corpus is not None:
         text, sha = read_fit_corpus(opts.corpus)
-        windows = corpus_windows(text, tok, m.prefix, tokens, length, opts.contexts_per_word)
+        windows = word_windows(text, tok, m.prefix, tokens, length, opts.contexts_per_word)
         report["contexts"] = {"source": "corpus", "name": Path(opts.corpus).name, "sha256": sha}
     else:
         windows = generated_windows(m, tok, tokens, opts, say)
         report["contexts"] = {"source": "generated", "prompts_per_word": opts.prompts_per_word,
                               "generated_tokens": opts.generated_tokens}
-    occurrences = [0] * len(tokens)
-    for w in windows:
-        for r in w.runs:
-            occurrences[r.j] += 1
-    missing = [t.form for t, c in zip(tokens, occurrences) if c == 0 and t.pieces]
-    if missing:
-        logger.warning("%d new token(s) never occur in the contexts, e.g. %r: their rows stay at the starting point",
-                       len(missing), missing[0])
-    report["contexts"].update({"windows": len(windows), "occurrences": sum(occurrences),
-                               "tokens_without_context": missing[:20], "n_tokens_without_context": len(missing)})
+    report["contexts"].update(contexts_found(windows, tokens, "the starting point"))
 
     k = len(tokens)
     sub = output_prior("subword-mean", m.E, tokens)  # the input rows' start

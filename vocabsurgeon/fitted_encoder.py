@@ -42,7 +42,9 @@ import numpy as np
 
 from .checks import KLCheck
 from .errors import InputError
+from .progress import Steps
 from .fit_common import (
+    contexts_found,
     FitOptions,
     FitResult,
     FitToken,
@@ -231,7 +233,7 @@ class _Encoder:
         return self.body(input_ids=ids, attention_mask=mask).last_hidden_state
 
 
-def _teach(enc: _Encoder, windows: list[Window], pooling: Pooling, batch: int, say) -> tuple[list, list]:
+def _teach(enc: _Encoder, windows: list[Window], pooling: Pooling, batch: int, say: Steps) -> tuple[list, list]:
     """The frozen model on each window (old tokenization): (hidden states (T, hidden), sentence embedding or None)."""
     import torch
 
@@ -250,7 +252,7 @@ def _teach(enc: _Encoder, windows: list[Window], pooling: Pooling, batch: int, s
 
 
 def distill_encoder_rows(enc: _Encoder, windows: list[Window], teacher: tuple[list, list], start, pooling: Pooling,
-                         opts: FitOptions, say, passes: int = ENCODER_PASSES):
+                         opts: FitOptions, say: Steps, passes: int = ENCODER_PASSES):
     """Input rows such that the encoder reading the new tokens keeps the hidden states of every other
     position and the sentence embedding it gives on the words' pieces (see the module docstring)."""
     import torch
@@ -324,7 +326,7 @@ def masked_lm_kl(enc: _Encoder, tok, rows, bias_new: float | None, max_tokens: i
 
 
 def fit_encoder_rows(src: Path, kind: ModelKind, tokens: list[FitToken], roles: set[str], opts: FitOptions,
-                     say) -> FitResult:
+                     say: Steps) -> FitResult:
     """Fit the new input rows of the encoder at `src` for `tokens` (fitted.fit_rows calls this for
     masked and encoder kinds; see the module docstring).
 
@@ -341,7 +343,7 @@ def fit_encoder_rows(src: Path, kind: ModelKind, tokens: list[FitToken], roles: 
     tok = load_tokenizer(src)
     pooling = read_pooling(src)
     torch.manual_seed(opts.seed)
-    report: dict = {"method": "fitted", "roles": ["input"], "model": kind.kind,
+    report: dict = {"method": "fitted", "roles": ["input"], "model": kind.task,
                     **{k: getattr(opts, k) for k in ("contexts_per_word", "input_steps", "batch_size", "seed")},
                     "target": {"hidden_states": "every position outside the new words' spans",
                                "sentence_embedding": pooling.mode, "normalize": pooling.normalize,
@@ -362,16 +364,7 @@ def fit_encoder_rows(src: Path, kind: ModelKind, tokens: list[FitToken], roles: 
         else:
             windows = template_windows(tok, tokens, ends, limit, opts.contexts_per_word, opts.seed)
             report["contexts"] = {"source": "templates", "templates_per_word": opts.contexts_per_word}
-        occurrences = [0] * len(tokens)
-        for w in windows:
-            for r in w.runs:
-                occurrences[r.j] += 1
-        missing = [t.form for t, c in zip(tokens, occurrences) if c == 0 and t.pieces]
-        if missing:
-            logger.warning("%d new token(s) never occur in the contexts, e.g. %r: their rows stay at the sub-word mean",
-                           len(missing), missing[0])
-        report["contexts"].update({"windows": len(windows), "occurrences": sum(occurrences),
-                                   "tokens_without_context": missing[:20], "n_tokens_without_context": len(missing)})
+        report["contexts"].update(contexts_found(windows, tokens, "the sub-word mean"))
         start = subword_mean(enc.E, tokens)
         with narrow_threads(enc.device, enc.E.shape[1]):
             t1 = time.perf_counter()
@@ -385,7 +378,7 @@ def fit_encoder_rows(src: Path, kind: ModelKind, tokens: list[FitToken], roles: 
             shared = out is None or out.weight.data_ptr() == enc.E.data_ptr()
             if "output" in roles:
                 result.output_rows = result.input_rows if shared else subword_mean(out.weight.detach(), tokens).numpy()
-            if out is not None and kind.kind == "masked":
+            if out is not None and kind.task == "masked":
                 bias = getattr(out, "bias", None)
                 bias_new = float(bias.double().mean()) if bias is not None else None
                 head_rows = result.input_rows if shared else result.output_rows

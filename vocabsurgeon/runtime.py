@@ -100,17 +100,17 @@ _KIND_MAPPINGS = (
 class ModelKind:
     """What a checkpoint's transformers class computes, which decides the checks that apply."""
 
-    kind: str | None  # causal, seq2seq, masked, encoder; None: transformers cannot build it
+    task: str | None  # causal, seq2seq, masked, encoder; None: transformers cannot build it
     class_name: str | None
     reason: str = ""  # why some checks cannot run
 
     @property
     def has_logits(self) -> bool:
-        return self.kind in ("causal", "seq2seq", "masked")
+        return self.task in ("causal", "seq2seq", "masked")
 
     @property
     def generates(self) -> bool:
-        return self.kind in ("causal", "seq2seq")
+        return self.task in ("causal", "seq2seq")
 
 
 def _class_names(mapping: dict) -> dict[str, tuple[str, ...]]:
@@ -169,7 +169,7 @@ class LoadedModel:
     def prefix(self, tok) -> list[int]:
         """What each evaluated sequence starts with: the decoder start token (seq2seq), the BOS
         token, the CLS token (masked LMs), else the encoding of a newline."""
-        if self.kind.kind == "seq2seq":
+        if self.kind.task == "seq2seq":
             start = getattr(self.model.config, "decoder_start_token_id", None)
             if start is not None:
                 return [start]
@@ -182,7 +182,7 @@ class LoadedModel:
     def _forward(self, x, **kwargs):
         import torch
 
-        if self.kind.kind == "seq2seq":
+        if self.kind.task == "seq2seq":
             enc = torch.tensor([self._encoder_ids], device=x.device)
             return self.model(input_ids=enc, attention_mask=torch.ones_like(enc), decoder_input_ids=x, **kwargs)
         return self.model(input_ids=x, attention_mask=torch.ones_like(x), **kwargs)
@@ -241,7 +241,7 @@ class LoadedModel:
 
         out: list[int] = []
         with torch.inference_mode():
-            if self.kind.kind == "seq2seq":  # a few short steps: no cache needed
+            if self.kind.task == "seq2seq":  # a few short steps: no cache needed
                 for _ in range(steps):
                     out.append(pick(self.logits(prompt + out)[-1]))
                     if out[-1] in stop:
@@ -283,7 +283,7 @@ def loaded_model(path: str | os.PathLike, device: str = "auto", kind: ModelKind 
     import transformers
 
     kind = kind or model_kind(path)
-    if kind.kind is None:
+    if kind.task is None:
         raise InputError(f"{path}: {kind.reason}; validation needs a model class known to transformers "
                          f"(remote code is never run). {remedy}")
     cls = getattr(transformers, kind.class_name)

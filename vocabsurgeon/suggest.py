@@ -141,7 +141,7 @@ class Suggestion:
 # Reading and counting
 
 
-def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:
+def counting_tokenizer(directory: str | os.PathLike) -> Tokenizer:
     """The checkpoint's tokenizer, set to encode whole texts: no padding, no truncation, no post-processor.
 
     tokenizer.json may ship padding and truncation (sentence-transformers models do): truncation
@@ -298,7 +298,7 @@ def count_words(tok: Tokenizer, corpus: str | os.PathLike, *, chunk_chars: int =
     """Stream `corpus` through `tok` and count the multi-piece words (see the module docstring).
 
     Args:
-        tok: the tokenizer, from `load_tokenizer` (padding and truncation off).
+        tok: the tokenizer, from `counting_tokenizer` (padding and truncation off).
         corpus: a UTF-8 text file.
         chunk_chars: characters encoded per `encode_batch` call; also bounds one batch item.
         progress: called with the bytes read after each batch.
@@ -448,7 +448,7 @@ def suggest_tokens(ckpt: str | os.PathLike, corpus: str | os.PathLike, *, top: i
         raise InputError(f"--min-count must be at least 1, got {min_count}")
     target = open_target(ckpt, AddOptions(embedding_key=embedding_key, lm_head_key=lm_head_key), revision=revision,
                          token=token)
-    tok = load_tokenizer(target.ckpt.path)
+    tok = counting_tokenizer(target.ckpt.path)
     counts = count_words(tok, corpus, chunk_chars=chunk_chars, progress=progress)
     ranked = rank(counts, tok, min_count=min_count)
     logger.info("%d candidate words save a token and occur at least %d times", len(ranked), min_count)

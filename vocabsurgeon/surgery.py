@@ -22,6 +22,7 @@ from typing import Callable
 
 import numpy as np
 
+from .progress import Steps
 from ._version import __version__
 from .architectures import text_config
 from .checkpoint import FLOAT_DTYPES, Checkpoint, read_header, rows_kept
@@ -109,7 +110,7 @@ class AddJob:
         self._progress, self._done, self._lock = progress or (lambda n: None), 0, threading.Lock()
         self._plan: Plan | None = None
         self._finished = False
-        self.fit_progress: Callable[[str, int, int], None] | None = None  # --init fitted: (stage, done, total)
+        self.fit_progress: Steps | None = None  # --init fitted: (stage, done, total)
         self._t0 = time.perf_counter()
         check_output_path(target.src, self.out, target.options.force)
         ckpt = target.ckpt
@@ -352,7 +353,7 @@ class _Worker(threading.Thread):
             super().join(timeout)
 
 
-def _fit(plan: Plan, progress: Callable[[str, int, int], None] | None):
+def _fit(plan: Plan, progress: Steps | None):
     """Run `fitted.fit_rows` once when a matrix is initialized `fitted`; None otherwise.
 
     Untied: the input embedding gets distilled rows, the output matrix convexly fitted ones. Tied

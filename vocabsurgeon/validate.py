@@ -366,12 +366,12 @@ def estimate(path: Path, tokens: int, device: str) -> Estimate:
 def _skipped(kind: ModelKind) -> list[str]:
     """The checks that cannot run for this kind of model, each with the reason."""
     why = kind.reason
-    if kind.kind is None:
+    if kind.task is None:
         return [f"model checks skipped (KL, old logits, sampling, usability): {why}"]
-    if kind.kind == "encoder":
+    if kind.task == "encoder":
         return [(f"KL, sampling and usability skipped: {why}; checked that the hidden states of old text "
                 "are unchanged instead")]
-    if kind.kind == "masked":
+    if kind.task == "masked":
         return [(f"sampling and usability skipped: {kind.class_name} is a masked language model and does not "
                 "generate text")]
     return []
@@ -477,7 +477,7 @@ def validate_checkpoint(
 
     progress.stage("finite rows")
     finite = finite_rows(new, rows_new)
-    ran = kind.kind is not None and not finite.nonfinite_count
+    ran = kind.task is not None and not finite.nonfinite_count
     if method == "two-pass":
         relation = Relation(False, "two-pass was asked for")
     elif ran or method == "one-pass":  # reads both checkpoints: only when a model will run
@@ -529,7 +529,7 @@ def validate_checkpoint(
     report = Report.decide(
         checks, skipped, method=used if ran else None, method_reason=relation.reason, **names,
         sources={key: s.to_dict() for key, s in sources.items()},
-        model={"kind": kind.kind, "class": kind.class_name, "missing_weights": m.missing},
+        model={"kind": kind.task, "class": kind.class_name, "missing_weights": m.missing},
         corpus={"name": corpus_name, "bytes": len(text.encode("utf-8")), "tokens": len(inp.corpus_ids),
                 "positions": int(m.kl.size) if m.kl is not None else 0, "chat_samples": len(chats)},
         device=m.device, dtype=m.dtype,
