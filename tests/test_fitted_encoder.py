@@ -224,7 +224,8 @@ def test_cli_add_fitted_on_a_masked_lm(mlm_model, tmp_path):
     f = d["fitted"]
     assert d["validation"]["passed"] and f["model"] == "masked" and f["contexts"]["source"] == "templates"
     kl = f["mlm_head"]["old_text_kl"]
-    assert f["mlm_head"]["fitted"] is False and kl["positions"] > 0 and kl["enforced"] is False
+    assert f["mlm_head"]["fitted"] is False and kl["positions"] > 0 and kl["enforced"] is True
+    assert kl["mean"] <= kl["limit_mean"] == kl["bound"] and kl["p99"] <= kl["limit_p99"]
     new = AutoModelForMaskedLM.from_pretrained(out).eval()
     old = AutoModelForMaskedLM.from_pretrained(mlm_model).eval()
     ids = AutoTokenizer.from_pretrained(mlm_model)(OLD[0], return_tensors="pt").input_ids
@@ -275,3 +276,41 @@ def test_the_real_all_minilm_fitted_without_a_corpus_beats_subword_mean(tmp_path
     assert cos["fitted"].mean() > cos["subword-mean"].mean(), cos
     old = SentenceTransformer(str(src), device="cpu").encode(OLD)
     assert np.array_equal(SentenceTransformer(str(tmp_path / "fitted"), device="cpu").encode(OLD), old)
+
+
+def test_a_masked_lm_heads_new_bias_is_lowered_until_the_old_text_kl_meets_the_limit(mlm_model, tmp_path):
+    from safetensors.numpy import load_file
+
+    out = tmp_path / "out"
+    res = CliRunner().invoke(cli, ["add", "-t", "Frodo", "-t", "Gandalf", "--init", "fitted", "--fit-steps", "5",
+                                   "--fit-kl-limit", "1e-6", "--no-validate", "--json", "--quiet", str(mlm_model),
+                                   str(out)])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)
+    head = d["fitted"]["mlm_head"]
+    kl = head["old_text_kl"]
+    # the tiny model's mean bias breaks a limit of 1e-6 nats: the new entries are shifted down until it holds
+    assert kl["before_shift"]["mean"] > 1e-6 >= kl["mean"] and head["bias_shift"] > 0 and head["bias"] == "mean - shift"
+    old = load_file(str(mlm_model / "model.safetensors"))
+    new = load_file(str(out / "model.safetensors"))
+    biases = [k for k in old if k.endswith("predictions.bias")]
+    assert biases
+    for name in biases:
+        n = old[name].shape[0]
+        assert np.array_equal(new[name][:n], old[name])  # old entries bit-identical
+        want = old[name].astype(np.float64).mean() - head["bias_shift"]
+        np.testing.assert_allclose(new[name][n:n + 4], want, rtol=0, atol=1e-6)
+
+
+def test_bias_shrink_meets_both_limits_and_is_zero_when_the_mean_bias_already_does():
+    from vocabsurgeon.fitted_encoder import bias_shrink
+
+    rng = np.random.default_rng(0)
+    logits, logz = rng.normal(size=(200, 3)) * 3, rng.normal(size=200)
+    d, before, after = bias_shrink(logits, logz, 0.0, 0.01, 0.05)
+    assert d > 0 and after.mean() <= 0.01 and np.quantile(after, 0.99) <= 0.05 and before.mean() > 0.01
+    # the smallest shift: a little less breaks a limit
+    d2, _, loose = bias_shrink(logits, logz, 0.0, 10.0, 10.0)
+    assert d2 == 0.0 and np.array_equal(loose, before)
+    less = np.log1p(np.exp(np.logaddexp.reduce(logits, axis=1) - logz - (d - 0.01)))
+    assert less.mean() > 0.01 or np.quantile(less, 0.99) > 0.05

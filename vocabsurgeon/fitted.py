@@ -46,6 +46,7 @@ from .progress import Steps
 from .checks import KLCheck
 from .errors import InputError
 from .fit_common import (  # noqa: F401  (FitResult, Run, find_runs: the fitting API, importable from here)
+    FIT_KL_P99,
     contexts_found,
     DEFAULT_OLD_TEXT_WEIGHT,
     FitOptions,
@@ -70,10 +71,6 @@ logger = logging.getLogger(__name__)
 # within log(1 + k/n) and p99 under 0.05 nats on held-out old text for both fixtures, tied and untied.
 DEFAULT_L2 = 0.3
 OUTPUT_STARTS = ("mean", "subword-mean", "first-piece")
-# The held-out old-text KL's 99th percentile the shrink keeps (nats; at least the mean limit): the
-# figure the defaults above were chosen to keep on the fixtures. The mean's limit is --fit-kl-limit,
-# by default the mean-init bound log(1 + k/n).
-FIT_KL_P99 = 0.05
 CAUSAL_PASSES = 3  # distillation passes over the windows, at most, unless FitOptions.passes says
 
 # Prompts of generated contexts; "{}" is the form (" Frodo" carries its space)

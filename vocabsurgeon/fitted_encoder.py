@@ -21,11 +21,11 @@ encoder cannot write its own contexts).
 Text without new words is unchanged by construction: only the new rows are written.
 
 Masked-LM heads: BERT's decoder is tied to the input embedding (and `--untie` refuses BERT), so the
-one row is fitted as an input row, and the new token's MLM logit is what that row gives, with the
-mean bias. The convex output fit of the causal path is not run on masked positions; the old-text KL
-of the masked-LM distribution (unmasked held-out packaged text, as validation measures it) is
-measured and reported next to the bound log(1 + k/n), not enforced. An untied output matrix gets
-its sub-word mean.
+one row is fitted as an input row, and the new token's MLM logit is what that row gives. The convex
+output fit of the causal path is not run on masked positions. The row's bias entry is free: it
+starts at the mean bias and is lowered by the smallest shift that keeps the masked-LM KL(p_old ||
+p_new) on unmasked held-out packaged text within the limits (`bias_shrink`), so the bound holds by
+construction there. An untied output matrix gets its sub-word mean.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from .checks import KLCheck
 from .errors import InputError
 from .progress import Steps
 from .fit_common import (
+    FIT_KL_P99,
     contexts_found,
     FitOptions,
     FitResult,
@@ -287,10 +288,11 @@ def distill_encoder_rows(enc: _Encoder, windows: list[Window], teacher: tuple[li
                        passes, enc.device)
 
 
-def masked_lm_kl(enc: _Encoder, tok, rows, bias_new: float | None, max_tokens: int) -> dict | None:
-    """KL(p_old || p_new) of the masked-LM head at the positions of unmasked held-out packaged text (its
-    odd paragraphs), with the new rows as its decoder rows and `bias_new` as their bias: mean, p99,
-    max and the bound log(1 + k/n). None for a model without a head whose decoder is the input embedding."""
+def masked_lm_logits(enc: _Encoder, tok, rows, max_tokens: int):
+    """The new tokens' masked-LM logits without their bias, (positions, k), and the old log-partition,
+    (positions,), at every position of unmasked held-out packaged text (its odd paragraphs, as
+    validation reads it), with `rows` as the new decoder rows. None for a model whose output layer is
+    not vocabulary-sized."""
     import torch
 
     out = enc.model.get_output_embeddings() if hasattr(enc.model, "get_output_embeddings") else None
@@ -301,7 +303,7 @@ def masked_lm_kl(enc: _Encoder, tok, rows, bias_new: float | None, max_tokens: i
     text, _ = read_corpus(None)
     head, tail = special_ends(tok)
     step = min(enc.max_len, ENCODER_WINDOW) - len(head) - len(tail)
-    kls, used = [], 0
+    logits, logz, used = [], [], 0
     W = torch.as_tensor(rows, dtype=torch.float64)
     try:
         for i, para in enumerate(p for p in text.split("\n\n") if p.strip()):
@@ -314,15 +316,85 @@ def masked_lm_kl(enc: _Encoder, tok, rows, bias_new: float | None, max_tokens: i
             with torch.no_grad():
                 enc.model(input_ids=x, attention_mask=torch.ones_like(x))
             g, z = seen[-1]
-            s = g[0].double().cpu() @ W.T + (bias_new or 0.0)  # (T, k) the new logits
-            logz = z[0].double().cpu().logsumexp(-1)
-            kls.append((s.logsumexp(-1) - logz).exp().log1p().numpy())
+            logits.append((g[0].double().cpu() @ W.T).numpy())
+            logz.append(z[0].double().cpu().logsumexp(-1).numpy())
     finally:
         hook.remove()
-    kl = np.concatenate(kls) if kls else np.zeros(0)
-    c = KLCheck.measure(kl, bound=0.0, limit_mean=0.0, limit_p99=0.0)
-    return {"text": "packaged corpus, odd paragraphs, unmasked", "positions": c.positions, "mean": c.mean,
-            "p99": c.p99, "max": c.max, "bound": math.log1p(len(rows) / enc.n), "enforced": False}
+    if not logits:
+        return np.zeros((0, len(rows))), np.zeros(0)
+    return np.concatenate(logits), np.concatenate(logz)
+
+
+def _kl(lse_minus_logz: np.ndarray, shift: float) -> np.ndarray:
+    """KL(p_old || p_new) per position when the new logits' log-sum-exp, less the old log-partition, is
+    `lse_minus_logz - shift`: the new tokens only add mass, so KL = log(1 + their mass / Z_old)."""
+    return np.log1p(np.exp(lse_minus_logz - shift))
+
+
+def bias_shrink(logits: np.ndarray, logz: np.ndarray, bias: float, limit_mean: float, limit_p99: float,
+                iters: int = 40) -> tuple[float, np.ndarray, np.ndarray]:
+    """The smallest shift d >= 0 such that the new biases `bias - d` keep the old-text KL's mean under
+    `limit_mean` and its p99 under `limit_p99`; returns (d, KL per position before, after).
+
+    The masked-LM decoder of BERT is tied to the input embedding, so its new rows are the fitted
+    input rows; their bias entries are free. Lowering them only removes mass from the new tokens, so
+    the KL falls monotonically to 0 as d grows: the limits are met by construction, found by
+    bisection (to 1e-3 nats of shift). A shift of 0 means the mean bias already met them.
+
+        >>> d, before, after = bias_shrink(np.array([[5.0], [0.0]]), np.array([0.0, 0.0]), 0.0, 0.01, 0.05)
+        >>> bool(d > 0 and after.mean() <= 0.01 < before.mean())
+        True
+    """
+    lse = np.logaddexp.reduce(logits + bias, axis=1) if logits.size else np.zeros(0)
+    delta = lse - logz
+
+    def meets(d: float) -> bool:
+        kl = _kl(delta, d)
+        return kl.size == 0 or (kl.mean() <= limit_mean and np.quantile(kl, 0.99) <= limit_p99)
+
+    before = _kl(delta, 0.0)
+    if meets(0.0):
+        return 0.0, before, before
+    hi = 1.0
+    while not meets(hi):
+        hi *= 2
+    lo = 0.0
+    for _ in range(iters):
+        if hi - lo < 1e-3:
+            break
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if meets(mid) else (mid, hi)
+    return hi, before, _kl(delta, hi)
+
+
+def _kl_figures(kl: np.ndarray, bound: float) -> dict:
+    c = KLCheck.measure(kl, bound=bound, limit_mean=0.0, limit_p99=0.0)
+    return {"positions": c.positions, "mean": c.mean, "p99": c.p99, "max": c.max}
+
+
+def _fit_mlm_bias(enc: _Encoder, tok, out, result: FitResult, shared: bool, opts: FitOptions):
+    """The new bias entries of a masked-LM head (the mean bias, shifted down by `bias_shrink` where the
+    old-text KL would break its limits) and the report of the head."""
+    bias = getattr(out, "bias", None)
+    head_rows = result.input_rows if shared else result.output_rows
+    if bias is None or head_rows is None:
+        return None, {"fitted": False, "rows": "the input rows (tied)" if shared else "sub-word mean", "bias": None}
+    mean_bias = float(bias.double().mean())
+    found = masked_lm_logits(enc, tok, head_rows, opts.old_text_tokens)
+    bound = math.log1p(len(head_rows) / enc.n)
+    limit_mean = opts.kl_limit if opts.kl_limit is not None else bound
+    limit_p99 = max(FIT_KL_P99, limit_mean)
+    report = {"fitted": False, "rows": "the input rows (tied)" if shared else "sub-word mean"}
+    if found is None:
+        return None, {**report, "bias": "mean"}
+    d, before, after = bias_shrink(*found, mean_bias, limit_mean, limit_p99)
+    report.update({
+        "bias": "mean" if d == 0 else "mean - shift", "bias_shift": d,
+        "old_text_kl": {"text": "packaged corpus, odd paragraphs, unmasked", **_kl_figures(after, bound),
+                        "before_shift": _kl_figures(before, bound), "bound": bound, "limit_mean": limit_mean,
+                        "limit_p99": limit_p99, "enforced": True},
+    })
+    return np.full(len(head_rows), mean_bias - d), report
 
 
 def fit_encoder_rows(src: Path, kind: ModelKind, tokens: list[FitToken], roles: set[str], opts: FitOptions,
@@ -379,13 +451,7 @@ def fit_encoder_rows(src: Path, kind: ModelKind, tokens: list[FitToken], roles: 
             if "output" in roles:
                 result.output_rows = result.input_rows if shared else subword_mean(out.weight.detach(), tokens).numpy()
             if out is not None and kind.task == "masked":
-                bias = getattr(out, "bias", None)
-                bias_new = float(bias.double().mean()) if bias is not None else None
-                head_rows = result.input_rows if shared else result.output_rows
-                if head_rows is not None:
-                    report["mlm_head"] = {"fitted": False, "rows": "the input rows (tied)" if shared else "sub-word mean",
-                                        "bias": "mean", "old_text_kl": masked_lm_kl(enc, tok, head_rows, bias_new,
-                                                                                    opts.old_text_tokens)}
+                result.bias, report["mlm_head"] = _fit_mlm_bias(enc, tok, out, result, shared, opts)
     report["seconds"] = round(time.perf_counter() - t0, 3)
     logger.info("fitted %d input rows of %s in %.1f s", len(tokens), kind.class_name, report["seconds"])
     return result

@@ -68,10 +68,11 @@ def _new_rows(plan: Plan, name: str, device, gen_seed: int, notes: dict, fitted:
     if info.dtype not in FLOAT_DTYPES:
         raise InputError(f"tensor '{name}' has dtype {info.dtype}; vocabulary tensors must be floating point")
     k = len(plan.row_ids)  # rows to compute, in row_ids order
-    if len(info.shape) == 1:  # a bias: the mean bias keeps the KL bound
+    if len(info.shape) == 1 and fitted is None:  # a bias: the mean bias keeps the KL bound
         stats = accumulate_stats(ckpt.stream_rows(name), cov=False, name=name)
         return NewRows.constant(stats.mean, k)
-    strategy = get_strategy(plan.strategy_for(name))
+    # A bias with fitted entries: a masked-LM head's, lowered to keep the KL bound (fitted_encoder.bias_shrink)
+    strategy = get_strategy("fitted" if len(info.shape) == 1 else plan.strategy_for(name))
     stats = accumulate_stats(
         ckpt.stream_rows(name), cov=strategy.needs_cov, device=device, name=name, strict=strategy.averages,
     )
@@ -398,7 +399,9 @@ def _all_new_rows(plan: Plan, notes: dict, fit=None) -> dict[str, GrownTensor]:
             rows = base  # the same matrix stored under another name: identical rows
         else:
             fitted = None
-            if fit is not None:
+            if fit is not None and name in lay.biases:
+                fitted = None if fit.bias is None else fit.bias[:, None]
+            elif fit is not None:
                 fitted = fit.output_rows if (lay.tied or name == lay.lm_head) else fit.input_rows
             rows = _new_rows(plan, name, device, opts.seed + i, notes, fitted)
             if name == lay.embedding:
