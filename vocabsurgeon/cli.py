@@ -160,7 +160,7 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
     \b
     Init strategies (--init, --init-input, --init-output):
     {strategies}
-    New bias entries get the mean bias.
+    New bias entries get the mean bias (fitted on a masked-LM head: lowered to keep the KL bound).
 
     \b
     Examples:

@@ -209,18 +209,21 @@ def fit_options(fn):
                      help="Tied models: write a separate output matrix (old rows copied bit for bit; config "
                           "tie_word_embeddings false), so --init fitted can fit input and output rows apart."),
         click.option("--fit-corpus", type=click.Path(dir_okay=False, path_type=str),
-                     help="--init fitted: UTF-8 text that uses the new words (its paragraphs are the contexts). "
-                          "Without it the model writes its own contexts from a few seeded prompts per word."),
+                     help="--init fitted: UTF-8 text that uses the new words (its paragraphs are the contexts; an "
+                          "encoder's, its sentences). Without it the model writes its own contexts from a few "
+                          "seeded prompts per word (an encoder: seeded template sentences)."),
         click.option("--fit-contexts", default=8, show_default=True, type=click.IntRange(min=1),
                      help="--init fitted: context windows per new token, at most."),
         click.option("--fit-steps", type=click.IntRange(min=0),
                      help="--init fitted: Adam steps of the input-row distillation, at most. Default: up to 3 "
-                          "passes over the contexts, stopping when a pass gains < 1% on held-out contexts."),
+                          "passes over the contexts (10 on an encoder), stopping when a pass gains < 1% on "
+                          "held-out contexts."),
         click.option("--fit-output-steps", default=100, show_default=True, type=click.IntRange(min=1),
                      help="--init fitted: L-BFGS iterations of the output-row fit."),
         click.option("--fit-kl-limit", type=click.FloatRange(min=0),
                      help="--init fitted: the held-out old-text KL mean (nats) the fitted output rows are shrunk "
-                          "toward the mean row to keep. Default: the mean-init bound log(1 + k/n)."),
+                          "toward the mean row to keep (a masked-LM head: its new bias entries are lowered). "
+                          "Default: the mean-init bound log(1 + k/n)."),
     ]):
         fn = decorator(fn)
     return fn
