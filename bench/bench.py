@@ -585,6 +585,16 @@ def write_block(path: Path, block: str, begin: str = BEGIN, end: str = END, head
     path.write_text(text, encoding="utf-8")
 
 
+def publish(text: str, rows: list, results: Path | None, json_path: Path | None, begin: str, end: str) -> None:
+    """A bench table's two outputs: its block of RESULTS.md (between `begin` and `end`) when `results`
+    is given, and its rows as JSON when `json_path` is."""
+    if results:
+        write_block(results, f"{begin}\n{text}\n{end}", begin, end)
+    if json_path:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(rows, indent=2))
+
+
 def write_results(path: Path, block: str) -> None:
     """This script's block (between BEGIN and END) into `path`."""
     write_block(path, block)

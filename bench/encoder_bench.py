@@ -140,13 +140,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{os.environ.get('OMP_NUM_THREADS', 'default')}, {platform.processor() or platform.machine()}")
     text = f"{head}\n\n{table(rows)}"
     print(text)
-    if args.results:
-        import bench
+    import bench
 
-        bench.write_block(args.results, f"{BEGIN}\n{text}\n{END}", BEGIN, END)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(rows, indent=2))
+    bench.publish(text, rows, args.results, args.json, BEGIN, END)
     return 0
 
 

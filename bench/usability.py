@@ -20,7 +20,6 @@ mean init is below x1.00 here (each word's pieces cost more than one mean-init t
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -112,14 +111,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{model} {label}: x{rows[-1]['ratio']:.3f}", file=sys.stderr)
     text = table(rows)
     print(text)
-    if args.results:
-        sys.path.insert(0, str(REPO / "bench"))
-        import bench
+    sys.path.insert(0, str(REPO / "bench"))
+    import bench
 
-        bench.write_block(args.results, f"{BEGIN}\n{text}\n{END}", BEGIN, END)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(rows, indent=2))
+    bench.publish(text, rows, args.results, args.json, BEGIN, END)
     return 0
 
 
