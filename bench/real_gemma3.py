@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 from pathlib import Path
 
@@ -134,6 +133,10 @@ def run_init(src: Path, init: str, tokens: Path, work: Path) -> dict:
             "load_s": load.wall, "load_rss": load.rss}
 
 
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
 def _mb(b: int | None) -> str:
     return "-" if b is None else f"{b / 2**20:,.0f} MB"
 
@@ -164,7 +167,7 @@ def table(rows: list[dict], words: int) -> str:
             f"| {s['new_token_fraction']:.3f} of {s['tokens']} ({s['stuck_fraction']:.2f}) "
             f"| {t['old_text_ids_changed']} of {t['paragraphs']} paragraphs; {t['one_token_words']}/{t['new_words']} "
             f"| {r['add_s']:.1f} / {_mb(r['add_rss'])} "
-            f"| {r['validate_s']:.1f} / {_mb(r['validate_rss'])} |" if r["validate_s"] else " | - |")
+            f"| {_s(r['validate_s'])} / {_mb(r['validate_rss'])} |")
     lines += ["", "Loaded with transformers (`--check-load`, one process per output: both tokenizers, the new "
               "model, then the original for the greedy comparison):", "",
               "| init | AutoTokenizer | AutoModelForCausalLM (rows, tied) | corpus.txt ids (whole; paragraphs changed) "
