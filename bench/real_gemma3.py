@@ -119,8 +119,7 @@ def run_init(src: Path, init: str, tokens: Path, work: Path) -> dict:
     except SystemExit as e:  # exit 3: validation failed; the report says why
         print(e, file=sys.stderr)
         val = None
-    report = json.loads((out / "vocabsurgeon_report.json").read_text(encoding="utf-8"))
-    report = report.get("validation", report)
+    report = _json(log)  # validate's report (a failed validation prints it too)
     kept = list(dict.fromkeys(a["token"] for a in summary["added"]))
     words_json = work / "kept-words.json"
     words_json.write_text(json.dumps(kept, ensure_ascii=False), encoding="utf-8")
