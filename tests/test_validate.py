@@ -606,3 +606,61 @@ def test_the_pipeline_writes_the_card_with_the_figures(gpt2_ckpt, tmp_path):
                           validation=ValidationOptions(max_tokens=60))
     assert e.value.report["passed"] is False
     assert "Validation **FAILED**: mean KL" in (tmp_path / "bad" / "README.md").read_text(encoding="utf-8")
+
+
+def test_a_stored_report_reads_back_as_the_same_record_and_the_same_json(gpt2_ckpt, tmp_path):
+    from vocabsurgeon.pipeline import ValidationOptions, add_validate_push
+    from vocabsurgeon.report import Report
+
+    done = add_validate_push(gpt2_ckpt, tmp_path / "out", ["Frodo"], validation=ValidationOptions(max_tokens=60))
+    stored = (tmp_path / "out" / REPORT_NAME).read_text(encoding="utf-8")
+    back = Report.from_dict(json.loads(stored))
+    # key for key and in order: the file written is what the record gives, and reading it back changes nothing
+    assert json.dumps(back.to_dict(), indent=2, ensure_ascii=False) + "\n" == stored
+    assert back.passed is done.report.passed is True and back.check("kl").mean == done.report["kl"]["mean"]
+    assert [c.KEY for c in back.checks] == [c.KEY for c in done.report.checks]
+    assert dict(done.report) == done.report.to_dict()  # the record reads as its JSON
+
+
+def test_the_pipeline_reports_progress_through_one_protocol(gpt2_ckpt, tmp_path):
+    from vocabsurgeon.pipeline import ValidationOptions, add_validate_push
+    from vocabsurgeon.progress import Progress
+
+    counts, done, stages, plans = {}, {}, [], []
+
+    def count(name, total, unit=""):
+        counts[name] = (total, unit)
+        done.setdefault(name, 0)
+
+        def advance(n):
+            done[name] += n
+        return advance
+
+    result = add_validate_push(gpt2_ckpt, tmp_path / "out", ["Frodo", "Gandalf"],
+                               validation=ValidationOptions(max_tokens=60),
+                               progress=Progress(stage=stages.append, count=count,
+                                                 advance=lambda n: done.__setitem__("validating", done["validating"] + n)),
+                               on_plan=plans.append)
+    assert len(plans) == 1 and [t.text for t in plans[0].tokens.new][:1] == ["Frodo"]
+    # the copy counts bytes; validation counts tokens and says what starts
+    # (its total starts as the plan's bytes_to_write and ends as the bytes moved: the count ends complete)
+    assert counts["writing"] == (done["writing"], "B") and done["writing"] > 0.9 * result.result.to_dict()["bytes_to_write"]
+    assert counts["validating"][1] == "tok" and 0 < done["validating"] <= counts["validating"][0]
+    assert any(s.startswith("one-pass (") for s in stages) and "sampling" in stages
+
+
+def test_the_cli_bars_correct_a_running_count_instead_of_drawing_it_again(capsys):
+    from vocabsurgeon.cli_options import Bars
+
+    bars = Bars(disable=False)
+    advance = bars.count("validating", 10, "tok")
+    advance(6)
+    drawn = bars.bars["validating"]
+    bars.count("validating", 8, "tok")  # the total corrected: the same bar, not a second one
+    assert bars.bars == {"validating": drawn} and drawn.total == 8 and drawn.n == 6
+    bars.advance(2)
+    bars.stage("sampling")
+    bars.close()
+    err = capsys.readouterr().err
+    assert "running: sampling" in err and "validating: 100%" in err and "8/8" in err
+    assert Bars(disable=True).count("validating", 10)(5) is None  # -q and --json: nothing drawn

@@ -253,17 +253,19 @@ class Bars:
         starts leaves no empty bar above the error)."""
         if self.disable:
             return _ignore
-        if name in self.bars:
-            bar = self.bars[name]
-            if bar is not None and total != bar.total:
+        for done in [n for n, b in self.bars.items()
+                     if n != name and b is not None and b.total is not None and b.n >= b.total]:
+            self.bars.pop(done).close()
+        self.units[name] = (total, unit)
+        bar = self.bars.get(name)
+        if bar is not None:  # a running count: its total corrected
+            if total != bar.total:
                 bar.total = total
                 bar.refresh()
-        for done in [n for n, b in self.bars.items() if b is not None and b.total is not None and b.n >= b.total]:
-            self.bars.pop(done).close()
-        self.bars.setdefault(name, None)
-        self.units[name] = (total, unit)
-        if total:
-            self._draw(name)
+        else:
+            self.bars[name] = None
+            if total:
+                self._draw(name)
 
         def advance(n: int) -> None:
             if n:

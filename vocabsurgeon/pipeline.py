@@ -276,6 +276,9 @@ def add_validate_push(src: str | os.PathLike, out: str | os.PathLike, tokens: li
         if on_plan is not None:
             on_plan(plan)
         job.fit_progress = progress.steps()
+        # The total is the shards' size now; the headers are rewritten and the new rows come on top, so
+        # once written the count's total is corrected to the bytes that were moved.
         job.progress = progress.count("writing", plan.bytes_to_write, "B")
         result = job.finish()
+        progress.count("writing", job.bytes_done, "B")
     return finish_add(result, validation, push, progress=progress, on_step=on_step)

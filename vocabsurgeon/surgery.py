@@ -161,6 +161,12 @@ class AddJob:
                 fn(self._done)
             self._progress = fn
 
+    @property
+    def bytes_done(self) -> int:
+        """The bytes copied and written so far (what `progress` has been told)."""
+        with self._lock:
+            return self._done
+
     def _report(self, n: int) -> None:
         with self._lock:
             self._done += n
