@@ -291,6 +291,9 @@ def test_a_masked_lm_heads_new_bias_is_lowered_until_the_old_text_kl_meets_the_l
     kl = head["old_text_kl"]
     # the tiny model's mean bias breaks a limit of 1e-6 nats: the new entries are shifted down until it holds
     assert kl["before_shift"]["mean"] > 1e-6 >= kl["mean"] and head["bias_shift"] > 0 and head["bias"] == "mean - shift"
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert f"the mean bias lowered by {head['bias_shift']:.3g} to keep the limits" in card
+    assert "| masked-LM old-text KL (held-out) | mean " in card
     old = load_file(str(mlm_model / "model.safetensors"))
     new = load_file(str(out / "model.safetensors"))
     biases = [k for k in old if k.endswith("predictions.bias")]

@@ -250,6 +250,17 @@ def _fitted_section(summary: dict) -> list[str]:
                              f"{shrink['limit_mean']:.3g}, p99 {shrink['limit_p99']:.3g} nats) |")
             lines.append(f"| old-text KL (held-out) | mean {kl['mean']:.3g}, p99 {kl['p99']:.3g}, max {kl['max']:.3g} "
                          f"nats; bound log(1 + k/n) = {kl['bound']:.3g} |")
+    head = f.get("mlm_head") or {}
+    hk = head.get("old_text_kl") or {}
+    if hk.get("mean") is not None:
+        before = hk.get("before_shift") or {}
+        shift = head.get("bias_shift") or 0.0
+        lines += ["| masked-LM head | the tied rows; new bias entries: the mean bias"
+                  + (f" lowered by {shift:.3g} to keep the limits (mean {hk['limit_mean']:.3g}, p99 "
+                     f"{hk['limit_p99']:.3g} nats)" if shift else "") + " |",
+                  f"| masked-LM old-text KL (held-out) | mean {hk['mean']:.3g}, p99 {hk['p99']:.3g}, max {hk['max']:.3g} nats"
+                  + (f" (before the shift: mean {before['mean']:.3g})" if shift and before.get("mean") is not None else "")
+                  + f"; bound log(1 + k/n) = {hk['bound']:.3g} |"]
     lines += [f"| fitting time | {f.get('seconds')} s |", ""]
     return lines
 
