@@ -585,6 +585,27 @@ def write_block(path: Path, block: str, begin: str = BEGIN, end: str = END, head
     path.write_text(text, encoding="utf-8")
 
 
+def uptime() -> str:
+    """`uptime`'s line, recorded with every timed run: the machine may be shared."""
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def load_average(uptime_line: str) -> str:
+    """The 1-minute load average of an `uptime` line."""
+    return uptime_line.split("load average:")[-1].split(",")[0].strip()
+
+
+def runs_parser(doc: str, runs: dict) -> argparse.ArgumentParser:
+    """The options of a bench that compares init runs on the domain words (`fitted_bench`, `encoder_bench`)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--runs", nargs="*", default=list(runs), choices=list(runs))
+    ap.add_argument("--words", type=int, default=100)
+    ap.add_argument("--work", type=Path, default=HERE / "work")
+    ap.add_argument("--results", type=Path, help="write the table into this markdown file, between the markers")
+    ap.add_argument("--json", type=Path, help="write every figure here")
+    return ap
+
+
 def publish(text: str, rows: list, results: Path | None, json_path: Path | None, begin: str, end: str) -> None:
     """A bench table's two outputs: its block of RESULTS.md (between `begin` and `end`) when `results`
     is given, and its rows as JSON when `json_path` is."""

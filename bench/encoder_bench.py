@@ -17,7 +17,6 @@ original tokenization against the new model on the new tokenization; the figure 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -32,6 +31,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent / "fixtures"))
 
+import bench  # noqa: E402
 import domain  # noqa: E402
 from published import PUBLISHED, fetch  # noqa: E402
 
@@ -50,10 +50,6 @@ RUNS = {
     "fitted, templates (no corpus)": {"init": "fitted"},
 }
 SENTENCES = 400  # held-out sentences with new words, at most (in corpus order)
-
-
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
 def sentences(path: Path) -> list[str]:
@@ -88,7 +84,7 @@ def measure(label: str, options: dict, src: Path, words: list[str], fit: Path, t
     options = {k: (str(fit) if v == "fit" else v) for k, v in options.items()}
     out = work / ("out-encoder-" + re.sub(r"[^a-z]", "", label))
     subprocess.run(["rm", "-rf", str(out)], check=True)
-    before = uptime()
+    before = bench.uptime()
     t = time.perf_counter()
     result = add_tokens(src, out, words, device="cpu", **options)
     seconds = time.perf_counter() - t
@@ -101,14 +97,14 @@ def measure(label: str, options: dict, src: Path, words: list[str], fit: Path, t
     return {"init": label, "options": options, "sentences": len(test), "cos_mean": float(cos.mean()),
             "cos_min": float(cos.min()), "cos_p5": float(np.quantile(cos, 0.05)), "old_text_identical": same,
             "add_seconds": round(seconds, 1), "fit_seconds": fitted.get("seconds"), "fitted": fitted,
-            "uptime_before": before, "uptime_after": uptime()}
+            "uptime_before": before, "uptime_after": bench.uptime()}
 
 
 def table(rows: list[dict]) -> str:
     lines = ["| init | cosine to the original: mean / min / 5th percentile | sentences without new words "
              "bit-identical | fitting s | add s | load average (1 min) |", "|---|---|---|---|---|---|"]
     for r in rows:
-        load = r["uptime_before"].split("load average:")[-1].split(",")[0].strip()
+        load = bench.load_average(r["uptime_before"])
         fit = f"{r['fit_seconds']:.1f}" if r["fit_seconds"] is not None else "-"
         lines.append(f"| {r['init']} | {r['cos_mean']:.4f} / {r['cos_min']:.4f} / {r['cos_p5']:.4f} | "
                      f"{'yes' if r['old_text_identical'] else 'NO'} | {fit} | {r['add_seconds']:.1f} | {load} |")
@@ -116,12 +112,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", nargs="*", default=list(RUNS), choices=list(RUNS))
-    ap.add_argument("--words", type=int, default=100)
-    ap.add_argument("--work", type=Path, default=HERE / "work")
-    ap.add_argument("--results", type=Path, help="write the table into this markdown file, between the markers")
-    ap.add_argument("--json", type=Path, help="write every figure here")
+    ap = bench.runs_parser(__doc__, RUNS)
     args = ap.parse_args(argv)
     from sentence_transformers import SentenceTransformer
 
@@ -140,8 +131,6 @@ def main(argv: list[str] | None = None) -> int:
             f"{os.environ.get('OMP_NUM_THREADS', 'default')}, {platform.processor() or platform.machine()}")
     text = f"{head}\n\n{table(rows)}"
     print(text)
-    import bench
-
     bench.publish(text, rows, args.results, args.json, BEGIN, END)
     return 0
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -30,10 +29,6 @@ import real_model  # noqa: E402
 import validate_bench  # noqa: E402
 
 RUNS = {"mean": ["--init", "mean"], "fitted": ["--init", "fitted"], "fitted --untie": ["--init", "fitted", "--untie"]}
-
-
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -55,9 +50,9 @@ def main(argv: list[str] | None = None) -> None:
         extra = ["--fit-corpus", str(corpus)] if "fitted" in label else []
         cmd = bench._vocabsurgeon() + ["add", "--json", "-q", "--no-validate", "--device", args.device,
                                        "--tokens", str(tokens), *RUNS[label], *extra, str(src), str(out)]
-        before = uptime()
+        before = bench.uptime()
         wall, rss, code = validate_bench.measure(cmd, log, ok=(0,))
-        after = uptime()
+        after = bench.uptime()
         summary = json.loads(log.read_text(encoding="utf-8"))
         fitted = summary.get("fitted") or {}
         skipped = (fitted.get("input") or {}).get("skipped_steps", 0)

@@ -16,7 +16,6 @@ p_new) on the packaged corpus (none of the words) against the mean-init bound lo
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -29,6 +28,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
+import bench  # noqa: E402
 import domain  # noqa: E402
 import real_model  # noqa: E402
 
@@ -54,20 +54,16 @@ RUNS = {
 }
 
 
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-
-
 def measure(label: str, options: dict, src: Path, words: list[str], fit: Path, held: Path, work: Path) -> dict:
     options = {k: (str(fit) if v == "fit" else v) for k, v in options.items()}
     out = work / ("out-" + label.replace(" ", "").replace("-", ""))
     if out.exists():
         subprocess.run(["rm", "-rf", str(out)], check=True)
-    before = uptime()
+    before = bench.uptime()
     t = time.perf_counter()
     result = add_tokens(src, out, words, device="cpu", **options)
     seconds = time.perf_counter() - t
-    after = uptime()
+    after = bench.uptime()
     use = validate_checkpoint(src, out, held, device="cpu")["usability"]
     kl = validate_checkpoint(src, out, None, device="cpu")["kl"]
     d = result.to_dict()
@@ -90,7 +86,7 @@ def table(rows: list[dict]) -> str:
         held = "-"
         if kl.get("mean") is not None:
             held = f"{kl['before_shrink']['mean']:.4f} -> {kl['mean']:.4f} ({out['shrink']['a']:.2f})"
-        load = r["uptime_before"].split("load average:")[-1].split(",")[0].strip()
+        load = bench.load_average(r["uptime_before"])
         lines.append(f"| {r['init']} | {r['bpb_new']:.4f} ({r['bpb_old']:.4f}) | x{r['ratio']:.3f} | "
                      f"{r['kl_mean']:.4f} / {r['kl_p99']:.4f} / {r['kl_max']:.4f} ({r['kl_bound']:.4f}) | {held} | "
                      f"{r['add_seconds']:.1f} | {load} |")
@@ -98,12 +94,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", nargs="*", default=list(RUNS), choices=list(RUNS))
-    ap.add_argument("--words", type=int, default=100)
-    ap.add_argument("--work", type=Path, default=HERE / "work")
-    ap.add_argument("--results", type=Path, help="write the table into this markdown file, between the markers")
-    ap.add_argument("--json", type=Path, help="write every figure here")
+    ap = bench.runs_parser(__doc__, RUNS)
     ap.add_argument("--from-json", type=Path, nargs="*", help="only print the table of these earlier --json files")
     args = ap.parse_args(argv)
     if args.from_json:
@@ -120,8 +111,6 @@ def main(argv: list[str] | None = None) -> int:
             f"torch threads {os.environ.get('OMP_NUM_THREADS', 'default')}, {platform.processor() or platform.machine()}")
     text = f"{head}\n\n{table(rows)}"
     print(text)
-    import bench
-
     bench.publish(text, rows, args.results, args.json, BEGIN, END)
     return 0
 

@@ -171,7 +171,7 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
       vocabsurgeon add --tokens lotr.txt --push-to me/gpt2-lotr --create-pr openai-community/gpt2 out/
     """
     from .errors import InputError, PushError, ValidationFailed
-    from .pipeline import Finished, PushOptions, add_validate_push
+    from .pipeline import PushOptions, add_validate_push
     from .planning import AddOptions, open_target, plan_tokens
     from .wordlist import gather_tokens
 
@@ -204,14 +204,13 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
     # Add, validate, the card with its figures, push: the library's pipeline, which calls back here
     # to print. On a validation failure OUT stays and ValidationFailed exits 3; on a push failure
     # PushError exits 4.
-    shown, added = [], []
+    shown = []
 
     def planned(plan) -> None:
         if not quiet and not as_json:
             click.echo(plan.describe(), err=True)
 
-    def step(name: str, done: Finished) -> None:
-        added[:] = [done.result]
+    def step(name: str, done) -> None:
         if quiet or as_json:
             return
         if done.report is not None and not shown:  # the validation's figures, once, before the next step
@@ -230,7 +229,7 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
                                      on_plan=planned, on_step=step)
     except ValidationFailed as e:
         if as_json:
-            emit(Finished(added[0], e.report).to_dict())
+            emit(e.finished.to_dict())
         elif not quiet and e.report:
             click.echo("\n".join(e.report.summary_lines()[:-1]), err=True)
         raise
@@ -239,8 +238,8 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
             emit({**e.finished.to_dict(), "push": {"error": str(e)}})
         raise
     except Interrupted as e:
-        if as_json and added:  # interrupted after the output was written
-            emit({**added[0].to_dict(), "interrupted": str(e)})
+        if as_json and getattr(e, "finished", None) is not None:  # interrupted after the output was written
+            emit({**e.finished.result.to_dict(), "interrupted": str(e)})
         raise
     step("done", done)
     summary = done.to_dict()

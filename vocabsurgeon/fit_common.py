@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from .progress import Steps
+from .checks import KLCheck
 from .errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -301,3 +302,11 @@ def contexts_found(windows: list[Window], tokens: list[FitToken], stays_at: str)
                        len(missing), missing[0], stays_at)
     return {"windows": len(windows), "occurrences": sum(occurrences), "tokens_without_context": missing[:20],
             "n_tokens_without_context": len(missing)}
+
+
+def kl_figures(kl) -> dict:
+    """Mean, p99 and max of per-position KL, as validation's KL check computes them (KLCheck.measure)."""
+    if np.asarray(kl).size == 0:
+        return {"positions": 0, "mean": None, "p99": None, "max": None}
+    c = KLCheck.measure(kl, bound=0.0, limit_mean=0.0, limit_p99=0.0)
+    return {"positions": c.positions, "mean": c.mean, "p99": c.p99, "max": c.max}

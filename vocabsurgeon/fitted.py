@@ -43,7 +43,6 @@ from pathlib import Path
 import numpy as np
 
 from .progress import Steps
-from .checks import KLCheck
 from .errors import InputError
 from .fit_common import (  # noqa: F401  (FitResult, Run, find_runs: the fitting API, importable from here)
     FIT_KL_P99,
@@ -59,7 +58,10 @@ from .fit_common import (  # noqa: F401  (FitResult, Run, find_runs: the fitting
     narrow_threads,
     pad_batch,
     read_fit_corpus,
+    kl_figures,
+    subword_mean,
 )
+from .init import kl_bound
 from .runtime import LoadedModel, ModelKind, context_length, encode, load_tokenizer, loaded_model, model_kind, read_corpus
 from .chats import chat_samples
 
@@ -241,14 +243,6 @@ def _kl_new(h, logz, W, b_new):
     """KL(p_old || p_new) at positions where no new word follows: log(1 + sum_j exp(h.w_j + b - log Z))."""
     s = h @ W.T + b_new  # (P, k)
     return (s.logsumexp(-1) - logz).exp().log1p()
-
-
-def _kl_figures(kl) -> dict:
-    """Mean, p99 and max of per-position KL, as validation's KL check computes them (KLCheck.measure)."""
-    if np.asarray(kl).size == 0:
-        return {"positions": 0, "mean": None, "p99": None, "max": None}
-    c = KLCheck.measure(kl, bound=0.0, limit_mean=0.0, limit_p99=0.0)
-    return {"positions": c.positions, "mean": c.mean, "p99": c.p99, "max": c.max}
 
 
 def fit_output_rows(data: _OutputData, prior, b_new: float, l2: float, steps: int, say: Steps, device=None):
@@ -459,7 +453,7 @@ def output_prior(start: str, W, tokens: list[FitToken]):
         return mean.expand(len(tokens), W64.shape[1]).clone()
     if start == "first-piece":
         return torch.stack([W64[t.pieces[0]] if t.pieces else mean for t in tokens])
-    return torch.stack([W64[list(t.pieces)].mean(0) if t.pieces else mean for t in tokens])
+    return subword_mean(W64, tokens)
 
 
 def shrink_to_limit(h, logz, W, M, b_new: float, limit_mean: float, limit_p99: float, iters: int = 30):
@@ -509,7 +503,7 @@ def _fit_loaded(m: _Model, src: Path, tok, tokens: list[FitToken], roles: set[st
     report["contexts"].update(contexts_found(windows, tokens, "the starting point"))
 
     k = len(tokens)
-    sub = output_prior("subword-mean", m.E, tokens)  # the input rows' start
+    sub = subword_mean(m.E, tokens)  # the input rows' start
     teacher = _teach(m, windows, opts.batch_size, say) if windows else _Teacher([], [], [])
     result = FitResult(None, None, report)
     if "input" in roles:
@@ -540,7 +534,7 @@ def _fit_loaded(m: _Model, src: Path, tok, tokens: list[FitToken], roles: set[st
             logger.warning("output fit: %d row(s) not finite; they keep the %s row", int(bad.sum()), opts.output_start)
             W[bad] = prior[bad]
         held = _teach(m, held_old, opts.batch_size, say, "held-out old text") if held_old else _Teacher([], [], [])
-        bound = math.log1p(k / m.n)
+        bound = kl_bound(k, m.n)
         limit_mean = opts.kl_limit if opts.kl_limit is not None else bound
         limit_p99 = max(FIT_KL_P99, limit_mean)
         with torch.no_grad():
@@ -563,9 +557,9 @@ def _fit_loaded(m: _Model, src: Path, tok, tokens: list[FitToken], roles: set[st
                             "positions": int(data.h.shape[0]), "word_positions": int(data.q.numel()),
                             "seconds": round(time.perf_counter() - t1, 3),
                             "shrink": {"a": a, "limit_mean": limit_mean, "limit_p99": limit_p99},
-                            "old_text_kl": {"text": text, **_kl_figures(kl_held), "bound": bound,
-                                            "before_shrink": _kl_figures(kl_fit),
-                                            "mean_init": _kl_figures(kl_mean_init)}}
+                            "old_text_kl": {"text": text, **kl_figures(kl_held), "bound": bound,
+                                            "before_shrink": kl_figures(kl_fit),
+                                            "mean_init": kl_figures(kl_mean_init)}}
     report["seconds"] = round(time.perf_counter() - t0, 3)
     logger.info("fitted %d rows (%s) in %.1f s", k, ", ".join(sorted(roles)), report["seconds"])
     return result

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import re
 import time
 from dataclasses import dataclass
@@ -40,10 +39,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .checks import KLCheck
 from .errors import InputError
 from .progress import Steps
+from .init import kl_bound
 from .fit_common import (
+    kl_figures,
     FIT_KL_P99,
     contexts_found,
     FitOptions,
@@ -367,11 +367,6 @@ def bias_shrink(logits: np.ndarray, logz: np.ndarray, bias: float, limit_mean: f
     return hi, before, _kl(delta, hi)
 
 
-def _kl_figures(kl: np.ndarray, bound: float) -> dict:
-    c = KLCheck.measure(kl, bound=bound, limit_mean=0.0, limit_p99=0.0)
-    return {"positions": c.positions, "mean": c.mean, "p99": c.p99, "max": c.max}
-
-
 def _fit_mlm_bias(enc: _Encoder, tok, out, result: FitResult, shared: bool, opts: FitOptions):
     """The new bias entries of a masked-LM head (the mean bias, shifted down by `bias_shrink` where the
     old-text KL would break its limits) and the report of the head."""
@@ -381,7 +376,7 @@ def _fit_mlm_bias(enc: _Encoder, tok, out, result: FitResult, shared: bool, opts
         return None, {"fitted": False, "rows": "the input rows (tied)" if shared else "sub-word mean", "bias": None}
     mean_bias = float(bias.double().mean())
     found = masked_lm_logits(enc, tok, head_rows, opts.old_text_tokens)
-    bound = math.log1p(len(head_rows) / enc.n)
+    bound = kl_bound(len(head_rows), enc.n)
     limit_mean = opts.kl_limit if opts.kl_limit is not None else bound
     limit_p99 = max(FIT_KL_P99, limit_mean)
     report = {"fitted": False, "rows": "the input rows (tied)" if shared else "sub-word mean"}
@@ -390,8 +385,8 @@ def _fit_mlm_bias(enc: _Encoder, tok, out, result: FitResult, shared: bool, opts
     d, before, after = bias_shrink(*found, mean_bias, limit_mean, limit_p99)
     report.update({
         "bias": "mean" if d == 0 else "mean - shift", "bias_shift": d,
-        "old_text_kl": {"text": "packaged corpus, odd paragraphs, unmasked", **_kl_figures(after, bound),
-                        "before_shift": _kl_figures(before, bound), "bound": bound, "limit_mean": limit_mean,
+        "old_text_kl": {"text": "packaged corpus, odd paragraphs, unmasked", **kl_figures(after),
+                        "before_shift": kl_figures(before), "bound": bound, "limit_mean": limit_mean,
                         "limit_p99": limit_p99, "enforced": True},
     })
     return np.full(len(head_rows), mean_bias - d), report

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import InputError, Interrupted, PushError
+from .errors import InputError, Interrupted, PushError, ValidationFailed
 from .filenames import REPORT_NAME
 from .progress import SILENT, Progress
 from .report import Report
@@ -114,7 +114,6 @@ def validate_output(result, options: ValidationOptions, progress=None) -> Report
     Raises:
         ValidationFailed: a check failed; `.report` holds the figures.
     """
-    from .errors import ValidationFailed
     from .modelcard import write_model_card
     from .validate import validate_added
 
@@ -164,7 +163,9 @@ def finish_add(result, validation: ValidationOptions | None = DEFAULT_VALIDATION
 
     Raises:
         ValidationFailed: validation failed (exit 3 in the CLI); nothing is pushed.
-        PushError: the push failed (exit 4); `.finished` holds what was done before it.
+        PushError: the push failed (exit 4).
+        Interrupted: Ctrl-C during validation or the push.
+        Each of them holds in `.finished` what was done before it (`Finished`).
     """
     step = on_step or (lambda name, done: None)
     done = Finished(result)
@@ -172,13 +173,18 @@ def finish_add(result, validation: ValidationOptions | None = DEFAULT_VALIDATION
         step("validate", done)
         try:
             done.report = validate_output(result, validation, progress)
+        except ValidationFailed as e:
+            e.finished = Finished(result, e.report)  # the add summary with the figures, for `add --json`
+            raise
         except KeyboardInterrupt:  # the output is complete: say so, in the card, the report and the message
             record_interrupted_validation(result)
             base = result.to_dict()["input"]
-            raise Interrupted(
+            stop = Interrupted(
                 f"Interrupted during validation: {result.out} is written and complete but not validated (its model "
                 f"card and {REPORT_NAME} say so); run `vocabsurgeon validate {base} {result.out}` to check it and "
-                "fill them in") from None
+                "fill them in")
+            stop.finished = done
+            raise stop from None
     if push is not None:
         step("push", done)
         try:
@@ -187,10 +193,12 @@ def finish_add(result, validation: ValidationOptions | None = DEFAULT_VALIDATION
             e.finished = done  # the validation figures, for a summary printed with the error
             raise
         except KeyboardInterrupt:
-            raise Interrupted(
+            stop = Interrupted(
                 f"Interrupted during the push: {result.out} is written{' and validated' if done.report else ''}; a "
                 f"Hub commit is all or nothing, so {push.repo_id} is as it was. Retry with `vocabsurgeon push "
-                f"{result.out} {push.repo_id}`") from None
+                f"{result.out} {push.repo_id}`")
+            stop.finished = done
+            raise stop from None
     return done
 
 
@@ -202,7 +210,7 @@ def record_interrupted_validation(result) -> None:
     summary = result.to_dict()
     pending = Report.pending(summary)
     out = Path(result.out)
-    (out / REPORT_NAME).write_text(json.dumps(pending.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    pending.write(out / REPORT_NAME)
     write_model_card(out, summary, pending, plot=None)
 
 
@@ -221,8 +229,7 @@ def record_validation(new: str | os.PathLike, report: Report, plot: str | os.Pat
     if not isinstance(pending, dict) or not isinstance(pending.get("add"), dict):
         return False
     summary = pending["add"]
-    full = report.with_add(summary)
-    path.write_text(json.dumps(full.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    report.with_add(summary).write(path)
     write_model_card(new, summary, report, plot=plot)
     return True
 
@@ -235,7 +242,7 @@ def add_validate_push(src: str | os.PathLike, out: str | os.PathLike, tokens: li
     """The whole `vocabsurgeon add` pipeline from Python: add, validate, card, push.
 
     Every option is checked before any work; the shards start copying while the tokens are
-    planned (`surgery.AddJob`).
+    planned (`surgery.run_job`).
 
     Args:
         src, out, tokens: as `add_tokens`.
@@ -259,7 +266,7 @@ def add_validate_push(src: str | os.PathLike, out: str | os.PathLike, tokens: li
         >>> done.report.passed, done.pushed.commit_url  # doctest: +SKIP
     """
     from .planning import AddOptions, open_target
-    from .surgery import AddJob
+    from .surgery import run_job
 
     options = (options or AddOptions()).check()
     if validation is not None:
@@ -267,18 +274,5 @@ def add_validate_push(src: str | os.PathLike, out: str | os.PathLike, tokens: li
     if push is not None:
         push.check()
     progress = progress or SILENT
-    target = open_target(src, options, revision=revision, token=token)
-    # The shards start copying now, while the tokens are planned.
-    with AddJob(target, out) as job:
-        plan = job.plan(tokens)
-        if not plan.tokens.new:
-            raise plan.nothing_to_add()
-        if on_plan is not None:
-            on_plan(plan)
-        job.fit_progress = progress.steps()
-        # The total is the shards' size now; the headers are rewritten and the new rows come on top, so
-        # once written the count's total is corrected to the bytes that were moved.
-        job.progress = progress.count("writing", plan.bytes_to_write, "B")
-        result = job.finish()
-        progress.count("writing", job.bytes_done, "B")
+    result = run_job(open_target(src, options, revision=revision, token=token), out, tokens, progress, on_plan)
     return finish_add(result, validation, push, progress=progress, on_step=on_step)

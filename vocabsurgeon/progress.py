@@ -61,3 +61,16 @@ class Progress:
 
 
 SILENT = Progress()  # never mutated
+
+
+def counting(name: str, advance: Advance) -> Progress:
+    """A Progress that gives the count `name` to `advance` and ignores everything else (how a call
+    that takes a single callback, `add_tokens`' bytes, runs a step that reports through Progress).
+
+        >>> seen = []
+        >>> p = counting("writing", seen.append)
+        >>> p.count("writing", 10, "B")(4); p.count("input rows", 3)(1)
+        >>> seen
+        [4]
+    """
+    return Progress(count=lambda n, total, unit="": advance if n == name else _ignore)

@@ -16,8 +16,11 @@ Each check is a record of `checks.py` that can say "not run" with its reason (`a
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 
 from .checks import Check, read_checks
 from .checks import failures as check_failures
@@ -87,6 +90,10 @@ class Report(Mapping):
             if getattr(self, k) is not None:
                 d[k] = getattr(self, k)
         return d
+
+    def write(self, path: str | os.PathLike) -> None:
+        """Store the report as `vocabsurgeon_report.json` stores it (indented UTF-8, a final newline)."""
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
     @classmethod
     def from_dict(cls, d: dict) -> Report:

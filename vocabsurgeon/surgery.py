@@ -22,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-from .progress import Steps
+from .progress import SILENT, Progress, Steps, counting
 from ._version import __version__
 from .architectures import text_config
 from .checkpoint import FLOAT_DTYPES, Checkpoint, read_header, rows_kept
@@ -196,9 +196,15 @@ class AddJob:
         return self.use(plan_tokens(self.target, tokens))
 
     def use(self, plan: Plan) -> Plan:
-        """Take a plan made elsewhere for the same target (`apply`)."""
+        """Take a plan made elsewhere for the same target (`apply`).
+
+        Raises:
+            InputError: no token of the plan is new (`Plan.nothing_to_add`): nothing is written.
+        """
         if plan.target is not self.target:
             raise ValueError("the plan was made for another checkpoint or options")
+        if not plan.tokens.new:
+            raise plan.nothing_to_add()
         self._plan = plan
         return plan
 
@@ -213,8 +219,6 @@ class AddJob:
         plan = self._plan
         if plan is None:
             raise ValueError("plan the tokens first: job.plan(tokens)")
-        if not plan.row_ids:
-            raise plan.nothing_to_add()
         ckpt, stage = plan.ckpt, self.stage
         notes: dict[str, str] = {}
         fit = _fit(plan, self.fit_progress)
@@ -561,7 +565,29 @@ def add_tokens(
         2
     """
     target = open_target(src, AddOptions(**options), revision=revision, token=token)
-    with AddJob(target, out, progress) as job:
-        job.plan(tokens)
+    return run_job(target, out, tokens, counting("writing", progress) if progress else SILENT)
+
+
+def run_job(target: Target, out: str | os.PathLike, tokens: list[str], progress: Progress = SILENT,
+            on_plan: Callable[[Plan], None] | None = None) -> AddResult:
+    """Plan `tokens` for `target` while its shards start copying, then write `out` (see `AddJob`):
+    `add_tokens` and `pipeline.add_validate_push` both run this.
+
+    Args:
+        progress: the "writing" count (bytes) and the fitted init's stages.
+        on_plan: called with the plan before the new rows are computed and written.
+
+    Raises:
+        InputError: no token is new, or bad input found while reading values; nothing is written.
+    """
+    with AddJob(target, out) as job:
+        plan = job.plan(tokens)
+        if on_plan is not None:
+            on_plan(plan)
+        job.fit_progress = progress.steps()
+        # The total is the shards' size now; the headers are rewritten and the new rows come on top, so
+        # once written the count's total is corrected to the bytes that were moved.
+        job.progress = progress.count("writing", plan.bytes_to_write, "B")
         result = job.finish()
+        progress.count("writing", job.bytes_done, "B")
     return result

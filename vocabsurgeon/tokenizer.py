@@ -165,9 +165,10 @@ class TokenizerEditor:
             logger.info("%s is in the format of tokenizers < 0.10; read and written in the current one", file)
         # transformers 5's re-save of Llama 2 (a Metaspace "always" pre-tokenizer): read in Meta's layout, which
         # gives every text the same ids and lets new words be added tokens (see as_meta_layout)
-        self.rewritten = self.converted_from is None and as_meta_layout(self.data) is not self.data
+        meta = as_meta_layout(self.data) if self.converted_from is None else self.data
+        self.rewritten = meta is not self.data
         if self.rewritten:
-            self.data = as_meta_layout(self.data)
+            self.data = meta
             self.tok = unpadded(Tokenizer.from_str(json.dumps(self.data)))
         cfg = self.dir / TOKENIZER_CONFIG
         self.config = read_json(cfg) if cfg.exists() else None
@@ -418,10 +419,10 @@ class TokenizerEditor:
         gots = tok.decode_batch([got_ids[j] for j in decoded])
         decode = {j: (want, got) for j, want, got in zip(decoded, wants, gots)}
         soft: dict[str, list[str]] = {}
-        missed = {(id(case), w) for case, w in contexts.misses(cases, got_ids, ids_of, self.space_lead())}
+        missed = set(contexts.misses(cases, got_ids, ids_of, self.space_lead()))
         for j, case in enumerate(cases):
             for w in case.expect:
-                if w in failures or (id(case), w) not in missed:
+                if w in failures or (j, w) not in missed:
                     continue
                 if case.context.soft:
                     soft.setdefault(w, []).append(case.text)
@@ -462,7 +463,7 @@ class TokenizerEditor:
     def space_lead(self) -> int:
         """How many pieces the original gives a lone leading space before a word: 0 where " a" is
         one piece ("Ġa"), 1 where the space is a piece of its own (Llama 2's normalizer: "▁" + "▁a")."""
-        return max(0, len(self.encode(" a")) - len(self.encode("a")))
+        return contexts.space_lead(self.encode)
 
     def _original_as_loaded(self) -> Tokenizer | None:
         """The original tokenizer as transformers builds it on load (cached), or None if it cannot."""
@@ -719,13 +720,12 @@ def verify_tokenizer(out_dir: Path, plan: TokenizerPlan) -> None:
     words = list(by_word)
     special = {w for w in words if by_word[w][0].mechanism == "special"}
     plain = [w for w in words if w not in special]
-    lead = 0  # pieces of a lone leading space, as in TokenizerEditor.space_lead
-    if plan.original is not None:
-        lead = max(0, len(plan.original.encode(" a", add_special_tokens=False).ids)
-                   - len(plan.original.encode("a", add_special_tokens=False).ids))
+    original = plan.original
+    lead = contexts.space_lead(lambda t: original.encode(t, add_special_tokens=False).ids) if original else 0
     cases = contexts.cases(words, special, names=contexts.CORE)
     ids_of = {w: {by_word[w][0].id} if w in special else None for w in words}
-    for case, w in contexts.misses(cases, encode_ids(tok, [c.text for c in cases]), ids_of, lead):
+    for j, w in contexts.misses(cases, encode_ids(tok, [c.text for c in cases]), ids_of, lead):
+        case = cases[j]
         ids = tok.encode(case.text, add_special_tokens=False).ids
         what = f"encodes to {ids}, not its id {by_word[w][0].id}" if w in special else \
             f"{case.text!r} encodes to {ids}, not one token"

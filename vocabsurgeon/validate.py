@@ -30,7 +30,6 @@ Two ways to get the old model's outputs (`method` in the report):
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -215,7 +214,7 @@ def tokenization_check(old_tok, new_tok, text: str, new: NewIds, new_ids: list[i
     # it, Mistral's tokenizer.model) encodes " the" as "▁" + "▁the", and so " Frodo" as "▁" + the new token.
     # Counted on the edited tokenizer: transformers 5 rebuilds Meta's Llama 2 file as LlamaTokenizer (no "▁"
     # there), while the output is loaded as written (PreTrainedTokenizerFast), as SentencePiece encodes it.
-    lead = max(0, len(encode(new_tok, " a")) - len(encode(new_tok, "a")))
+    lead = contexts.space_lead(lambda t: encode(new_tok, t))
     words: dict[str, int] = {}
     for t in new_ids:
         w = new_tok.decode([t]).strip()
@@ -225,10 +224,10 @@ def tokenization_check(old_tok, new_tok, text: str, new: NewIds, new_ids: list[i
     cases = contexts.cases(list(words), special_words, names=contexts.CORE)
     encoded = [encode(new_tok, c.text) for c in cases]
     not_one, seen = [], set()
-    for case, w in contexts.misses(cases, encoded, dict.fromkeys(words), lead=lead):
+    for j, w in contexts.misses(cases, encoded, dict.fromkeys(words), lead=lead):
         if w not in seen:
             seen.add(w)
-            not_one.append({"word": w, "form": case.text, "ids": encode(new_tok, case.text)})
+            not_one.append({"word": w, "form": cases[j].text, "ids": encoded[j]})
     return TokenizationCheck(
         paragraphs=len(paragraphs), paragraphs_with_new_tokens=with_new, old_text_ids_changed=len(changed),
         new_words=len(words), one_token_words=len(words) - len(not_one), not_one_token=not_one[:20],
@@ -557,7 +556,7 @@ def validate_added(result, corpus: str | os.PathLike | None = None, **kwargs) ->
     ids = [t.id for t in result.plan.tokens.new]
     report = validate_checkpoint(result.plan.src, out, corpus, new_token_ids=ids, **kwargs)
     report.init = result.plan.to_dict()["init"]
-    (out / REPORT_NAME).write_text(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    report.write(out / REPORT_NAME)
     if not report.passed:
         raise ValidationFailed(
             f"{out}: validation failed: {'; '.join(report.failures)}. The output is kept for inspection; "
