@@ -590,6 +590,12 @@ def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
+def machine_line() -> str:
+    """The machine in a few words, for a table's heading: cores, torch threads, processor."""
+    return (f"{os.cpu_count()} cores, torch threads {os.environ.get('OMP_NUM_THREADS', 'default')}, "
+            f"{platform.processor() or platform.machine()}")
+
+
 def load_average(uptime_line: str) -> str:
     """The 1-minute load average of an `uptime` line."""
     return uptime_line.split("load average:")[-1].split(",")[0].strip()

@@ -18,8 +18,6 @@ original tokenization against the new model on the new tokenization; the figure 
 from __future__ import annotations
 
 import json
-import os
-import platform
 import re
 import subprocess
 import sys
@@ -127,8 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(measure(label, RUNS[label], src, words, fit, test, old_text, base, args.work))
         print(json.dumps({k: v for k, v in rows[-1].items() if k != "fitted"}), file=sys.stderr, flush=True)
     head = (f"{DESCRIPTION}; {len(words)} words suggested on {domain.recipe()}; {len(test)} held-out sentences "
-            f"that use them (not in the fit corpus), {len(old_text)} without; {os.cpu_count()} cores, torch threads "
-            f"{os.environ.get('OMP_NUM_THREADS', 'default')}, {platform.processor() or platform.machine()}")
+            f"that use them (not in the fit corpus), {len(old_text)} without; {bench.machine_line()}")
     text = f"{head}\n\n{table(rows)}"
     print(text)
     bench.publish(text, rows, args.results, args.json, BEGIN, END)

@@ -17,8 +17,6 @@ p_new) on the packaged corpus (none of the words) against the mean-init bound lo
 from __future__ import annotations
 
 import json
-import os
-import platform
 import subprocess
 import sys
 import time
@@ -107,8 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     for label in args.runs:
         rows.append(measure(label, RUNS[label], src, words, fit, held, args.work))
         print(json.dumps({k: v for k, v in rows[-1].items() if k != "fitted"}), file=sys.stderr, flush=True)
-    head = (f"{real_model.DESCRIPTION}; {len(words)} words suggested on {domain.recipe()}; {os.cpu_count()} cores, "
-            f"torch threads {os.environ.get('OMP_NUM_THREADS', 'default')}, {platform.processor() or platform.machine()}")
+    head = f"{real_model.DESCRIPTION}; {len(words)} words suggested on {domain.recipe()}; {bench.machine_line()}"
     text = f"{head}\n\n{table(rows)}"
     print(text)
     bench.publish(text, rows, args.results, args.json, BEGIN, END)
