@@ -291,8 +291,13 @@ def distill_input_rows(m: _Model, windows: list[Window], teacher: _Teacher, star
     pieces, at the aligned positions from the first new token on (MSE relative to |h|^2), by
     `fit_common.adam_passes` (passes over the windows, held-out windows keep the best pass).
 
+    Each step runs only the part of each window from its first new token: the keys and values of
+    what comes before are computed once (`prefix_cache.PrefixCache`, checked against full windows on
+    the first batch; full windows when they differ).
+
     Returns:
-        (rows (k, hidden) float64, a report: steps, passes, held-out loss per pass, skipped steps).
+        (rows (k, hidden) float64, a report: steps, passes, held-out loss per pass, skipped steps,
+        whether the prefix cache was used).
     """
     import torch
 
@@ -301,9 +306,12 @@ def distill_input_rows(m: _Model, windows: list[Window], teacher: _Teacher, star
     h2 = float(torch.cat([teacher.h[i] for i in usable]).pow(2).sum(-1).mean()) if usable else 1.0
     pieces = [w.new_ids(m.n) for w in windows]
     aligned = [w.aligned() for w in windows]
+    first = {i: windows[i].runs[0].start for i in usable}  # the first new token's position, old and new ids alike
 
-    def batch_loss(part, R):
-        ids, mask = pad_batch([pieces[i] for i in part], 0, m.device)
+    def states(part, R, cache):
+        """(hidden states, offset of each row's first position) of the windows `part` read with rows R."""
+        skip = [first[i] if cache is not None else 0 for i in part]
+        ids, mask = pad_batch([pieces[i][s:] for i, s in zip(part, skip)], 0, m.device)
         emb = m.E[ids.clamp(max=m.n - 1)]
         # Only the new tokens' positions read R, through a one-hot product over those positions: the
         # backward of R[index] accumulates in a thread-dependent order (rows differed in the last bits
@@ -312,15 +320,50 @@ def distill_input_rows(m: _Model, windows: list[Window], teacher: _Teacher, star
         where = (ids >= m.n).nonzero(as_tuple=True)
         pick = torch.nn.functional.one_hot(ids[where] - m.n, R.shape[0]).to(R.dtype)  # (new positions, k)
         emb = emb.index_put(where, (pick @ R).to(emb.dtype))
-        h = m.hidden(None, mask, embeds=emb).float()
+        h = m.hidden(None, mask, embeds=emb) if cache is None else cache.hidden(part, emb, mask)
+        return h.float(), skip
+
+    def batch_loss(part, R, cache=None):
+        h, skip = states(part, R, cache)
         loss, count = 0.0, 0
-        for b, i in enumerate(part):
+        for b, (i, s) in enumerate(zip(part, skip)):
             olds, news = aligned[i]
-            loss = loss + ((h[b, news] - teacher.h[i][olds].to(m.device)) ** 2).sum()
+            loss = loss + ((h[b, [n - s for n in news]] - teacher.h[i][olds].to(m.device)) ** 2).sum()
             count += len(olds)
         return loss / (count * h2)
 
-    return adam_passes(start, rms, usable, batch_loss, steps, batch, lr, seed, say, passes, m.device)
+    cache = _checked_prefix_cache(m, windows, usable[:batch], first, batch, states, start) if usable else None
+    rows, report = adam_passes(start, rms, usable, lambda part, R: batch_loss(part, R, cache), steps, batch, lr, seed,
+                               say, passes, m.device)
+    report["prefix_cache"] = cache is not None
+    return rows, report
+
+
+def _checked_prefix_cache(m: _Model, windows: list[Window], probe: list[int], first: dict[int, int], batch: int,
+                          states, start):
+    """The windows' prefixes run once, or None when a cached pass over `probe` differs from the full one
+    (or the model cannot take a cache): then distillation runs full windows."""
+    import torch
+
+    from .prefix_cache import PrefixCache
+
+    try:
+        cache = PrefixCache(m.model.base_model, {i: windows[i].old[:s] for i, s in first.items()}, batch, m.device)
+        with torch.no_grad():
+            R = start.float().to(m.device)
+            cached, skip = states(probe, R, cache)
+            full, _ = states(probe, R, None)
+        rows = [(b, n) for b, (i, s) in enumerate(zip(probe, skip)) for n in range(s, len(windows[i].new_ids(m.n)))]
+        got = torch.stack([cached[b, n - skip[b]] for b, n in rows])
+        want = torch.stack([full[b, n] for b, n in rows])
+    except Exception as e:  # noqa: BLE001 - any failure only costs speed: the full windows give the same rows
+        logger.info("distillation runs full windows: the prefix cache failed (%s: %s)", type(e).__name__, e)
+        return None
+    if not PrefixCache.agrees(got, want):
+        logger.info("distillation runs full windows: the cached pass differs from the full one on %s",
+                    type(m.model).__name__)
+        return None
+    return cache
 
 
 def generated_windows(m: _Model, tok, tokens: list[FitToken], opts: FitOptions, say: Steps) -> list[Window]:

@@ -1,0 +1,93 @@
+"""Distillation's prefix cache: each window's start (old ids only) is run once, and every step
+runs the rest of the window on its keys and values. It must give what the full windows give, on
+both fixture families (GPT-2: learned positions; Llama: rotary positions, a BOS prefix), and fall
+back to full windows when it does not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from vocabsurgeon import fitted
+from vocabsurgeon.fitted import FitToken, word_windows
+from vocabsurgeon.prefix_cache import PrefixCache
+from vocabsurgeon.runtime import load_tokenizer, loaded_model
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+FORMS = (" Frodo", " Gandalf", " Samwise", " Mordor")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module", params=["gpt2-tiny", "llama-tiny"])
+def setup(request):
+    """(model, windows that use the words, teacher pass, tokens, sub-word mean rows) of a fixture."""
+    src = FIXTURES / request.param
+    tok = load_tokenizer(src)
+    tokens = [FitToken(f, tuple(tok(f, add_special_tokens=False).input_ids)) for f in FORMS]
+    with loaded_model(src, "cpu", fitted.check_kind(src), remedy="") as lm:
+        m = fitted._Model(lm, tok)
+        text = (FIXTURES / "corpus_lotr.txt").read_text(encoding="utf-8")
+        windows = word_windows(text, tok, m.prefix, tokens, 32, 8)
+        teacher = fitted._teach(m, windows, 8, lambda *a: None)
+        yield m, windows, teacher, tokens, fitted.subword_mean(m.E, tokens)
+
+
+def _distill(setup, steps=12):
+    m, windows, teacher, _, sub = setup
+    return fitted.distill_input_rows(m, windows, teacher, sub, steps, 8, 0.1, 0, lambda *a: None, 3)
+
+
+def test_the_rest_of_a_window_after_its_cached_start_reads_as_in_the_full_window(setup):
+    m, windows, *_ = setup
+    # starts of every length, 0 (nothing cached) included, in one batch: each left-padded to the longest
+    cuts = {i: min(len(w.old) - 1, i * 3) for i, w in enumerate(windows[:6])}
+    cache = PrefixCache(m.model.base_model, {i: windows[i].old[:c] for i, c in cuts.items()}, 4, m.device)
+    part = list(cuts)
+    rest = [windows[i].old[c:] for i, c in cuts.items()]
+    ids, mask = fitted.pad_batch(rest, 0, m.device)
+    with torch.no_grad():
+        got = cache.hidden(part, m.E[ids], mask)
+        for b, i in enumerate(part):
+            full = m.hidden(torch.tensor([windows[i].old]))[0]
+            want = full[cuts[i]:]
+            assert PrefixCache.agrees(got[b, :len(rest[b])], want, tol=1e-5), (i, cuts[i])
+
+
+def test_distillation_runs_on_the_cache_and_gives_the_rows_of_full_windows(setup, monkeypatch):
+    rows, report = _distill(setup)
+    assert report["prefix_cache"] is True and report["steps"] >= 6
+    monkeypatch.setattr(fitted, "_checked_prefix_cache", lambda *a, **k: None)
+    full_rows, full_report = _distill(setup)
+    assert full_report["prefix_cache"] is False
+    # the same math in other matrix shapes: equal to float32 rounding, after the same Adam steps
+    assert torch.allclose(rows, full_rows, rtol=0, atol=1e-5 * float(full_rows.abs().max()))
+    assert full_report["held_out_loss"] == pytest.approx(report["held_out_loss"], rel=1e-4)
+
+
+def test_a_cache_that_disagrees_with_full_windows_is_not_used(setup, monkeypatch):
+    monkeypatch.setattr(fitted, "_checked_prefix_cache", lambda *a, **k: None)
+    full_rows, _ = _distill(setup, steps=4)
+    monkeypatch.undo()
+    real = PrefixCache.hidden
+    monkeypatch.setattr(PrefixCache, "hidden", lambda self, *a: real(self, *a) + 1e-2)  # a wrong cache
+    rows, report = _distill(setup, steps=4)
+    assert report["prefix_cache"] is False
+    assert torch.equal(rows, full_rows)
+
+
+def test_a_model_that_cannot_take_a_cache_distills_on_full_windows(setup, monkeypatch):
+    def broken(self, *a, **k):
+        raise TypeError("unexpected keyword argument 'cache'")
+
+    monkeypatch.setattr(PrefixCache, "__init__", broken)
+    rows, report = _distill(setup, steps=4)
+    assert report["prefix_cache"] is False and torch.isfinite(rows).all()

@@ -1,0 +1,109 @@
+"""The frozen start of each distillation window, run once: its keys and values, reused at every step.
+
+Input distillation (fitted.distill_input_rows) runs the causal model over every window in its new
+tokenization at each Adam step. The positions before a window's first new token read old ids only,
+so their keys and values are the same at every step: computing them once, then running each step on
+the rest of the window (from the first new token) is exact, the same attention over the same keys
+and values, and the forward and backward cover only the positions that change. On SmolLM2-135M
+with the fitting bench's windows (bench/domain.py, 32 tokens) the first new token is at 11 of 27
+positions on average.
+
+transformers' cache API differs between versions (`cache=` and `past_key_values=`, per-layer objects
+or legacy tuples) and between architectures, so nothing here is trusted blindly: `PrefixCache.agrees`
+compares the cached pass with the full one on a batch and the fit runs full windows when they
+differ or when the model cannot take a cache (logged; the rows are the same either way).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+
+logger = logging.getLogger(__name__)
+
+
+def _cache_argument(model) -> str:
+    """The keyword the model's forward takes its cache by (transformers 5: `cache`, 4: `past_key_values`)."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _layers(cache) -> list[tuple]:
+    """[(keys, values)] per layer, each (B, heads, T, head_dim), from a transformers cache of any version."""
+    if hasattr(cache, "layers"):
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    if hasattr(cache, "to_legacy_cache"):
+        return [tuple(kv[:2]) for kv in cache.to_legacy_cache()]
+    return [tuple(kv[:2]) for kv in cache]
+
+
+def _dynamic_cache(kv: list[tuple]):
+    from transformers import DynamicCache
+
+    if "ddp_cache_data" in inspect.signature(DynamicCache.__init__).parameters:
+        return DynamicCache(ddp_cache_data=kv)
+    return DynamicCache.from_legacy_cache(tuple(kv))
+
+
+class PrefixCache:
+    """Keys and values of `prefixes[i]` (old ids) for each window i, kept per window on the model's device."""
+
+    def __init__(self, base_model, prefixes: dict[int, list[int]], batch: int, device):
+        import torch
+
+        self.base = base_model
+        self.arg = _cache_argument(base_model)
+        self.lengths = {i: len(p) for i, p in prefixes.items()}
+        self.kv: dict[int, list[tuple]] = {}
+        todo = [i for i, p in prefixes.items() if p]
+        for s in range(0, len(todo), batch):
+            part = todo[s:s + batch]
+            T = max(self.lengths[i] for i in part)
+            ids = torch.zeros((len(part), T), dtype=torch.long)
+            mask = torch.zeros((len(part), T), dtype=torch.long)
+            for b, i in enumerate(part):  # right-padded: a causal model's real positions never read the padding
+                ids[b, :self.lengths[i]] = torch.tensor(prefixes[i])
+                mask[b, :self.lengths[i]] = 1
+            with torch.no_grad():
+                out = base_model(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=True)
+            layers = _layers(getattr(out, "cache", None) or out.past_key_values)
+            for b, i in enumerate(part):
+                p = self.lengths[i]
+                self.kv[i] = [(k[b, :, :p].clone(), v[b, :, :p].clone()) for k, v in layers]
+
+    def hidden(self, part: list[int], embeds, mask):
+        """(B, S, hidden) last hidden states of the windows' rest (`embeds`, right-padded, `mask`)
+        after their cached prefixes: each prefix left-padded to the longest, masked out."""
+        import torch
+
+        B, S = mask.shape
+        P = max(self.lengths[i] for i in part)
+        if P == 0:
+            return self.base(inputs_embeds=embeds, attention_mask=mask, use_cache=False).last_hidden_state
+        some = next(self.kv[i] for i in part if self.lengths[i])
+        kv = []
+        for layer, (k0, v0) in enumerate(some):
+            K = k0.new_zeros((B, k0.shape[0], P, k0.shape[2]))
+            V = v0.new_zeros((B, v0.shape[0], P, v0.shape[2]))
+            for b, i in enumerate(part):
+                p = self.lengths[i]
+                if p:
+                    K[b, :, P - p:] = self.kv[i][layer][0]
+                    V[b, :, P - p:] = self.kv[i][layer][1]
+            kv.append((K, V))
+        past = torch.zeros((B, P), dtype=mask.dtype, device=mask.device)
+        for b, i in enumerate(part):
+            past[b, P - self.lengths[i]:] = 1
+        start = torch.tensor([self.lengths[i] for i in part], device=mask.device)
+        positions = start[:, None] + torch.arange(S, device=mask.device)[None, :]
+        out = self.base(inputs_embeds=embeds, attention_mask=torch.cat([past, mask], 1), position_ids=positions,
+                        use_cache=True, **{self.arg: _dynamic_cache(kv)})
+        return out.last_hidden_state
+
+    @staticmethod
+    def agrees(cached, full, tol: float = 1e-4) -> bool:
+        """Whether hidden states of the cached pass match the full pass's (relative to their scale)."""
+        import torch
+
+        scale = max(1.0, float(full.abs().max()))
+        return bool(torch.isfinite(cached).all()) and float((cached - full).abs().max()) <= tol * scale
