@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vocabsurgeon import fitted
+from vocabsurgeon import fit_common, fitted
 from vocabsurgeon.fitted import FitToken, word_windows
 from vocabsurgeon.prefix_cache import PrefixCache
 from vocabsurgeon.runtime import load_tokenizer, loaded_model
@@ -63,6 +63,9 @@ def test_the_rest_of_a_window_after_its_cached_start_reads_as_in_the_full_window
 
 
 def test_distillation_runs_on_the_cache_and_gives_the_rows_of_full_windows(setup, monkeypatch):
+    # the same batches on both paths (length batching would group them by the lengths each path runs)
+    plain = fit_common.length_batches
+    monkeypatch.setattr(fit_common, "length_batches", lambda order, batch, lengths, rng: plain(order, batch, None, rng))
     rows, report = _distill(setup)
     assert report["prefix_cache"] is True and report["steps"] >= 6
     monkeypatch.setattr(fitted, "_checked_prefix_cache", lambda *a, **k: None)
@@ -91,3 +94,18 @@ def test_a_model_that_cannot_take_a_cache_distills_on_full_windows(setup, monkey
     monkeypatch.setattr(PrefixCache, "__init__", broken)
     rows, report = _distill(setup, steps=4)
     assert report["prefix_cache"] is False and torch.isfinite(rows).all()
+
+
+def test_length_batches_hold_every_window_once_in_batches_of_similar_length():
+    import numpy as np
+
+    lengths = [int(x) for x in np.random.default_rng(1).integers(3, 33, size=203)]
+    order = list(np.random.default_rng(2).permutation(203))
+    plain = fit_common.length_batches(order, 8, None, np.random.default_rng(0))
+    grouped = fit_common.length_batches(order, 8, lengths, np.random.default_rng(0))
+    assert sorted(i for b in grouped for i in b) == list(range(203))
+    assert all(1 <= len(b) <= 8 for b in grouped) and len(grouped) == len(plain) == 26  # only the last batch is short
+    padded = lambda batches: sum(len(b) * max(lengths[i] for i in b) for b in batches)  # noqa: E731
+    assert padded(grouped) < 0.8 * padded(plain)
+    again = fit_common.length_batches(order, 8, lengths, np.random.default_rng(0))
+    assert again == grouped  # seeded

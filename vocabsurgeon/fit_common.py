@@ -25,6 +25,7 @@ logger = logging.getLogger(__name__)
 # The held-out old-text KL's 99th percentile the fits keep (nats; at least the mean limit): the figure
 # the causal defaults were chosen to keep on the fixtures. The mean's limit is --fit-kl-limit, by
 # default the mean-init bound log(1 + k/n).
+LENGTH_BUCKET = 8  # batches sorted by length together (length_batches)
 FIT_KL_P99 = 0.05
 
 # The output fit's old-text weight (see fitted.py: DEFAULT_L2 and the grid it was chosen on).
@@ -185,11 +186,13 @@ def read_fit_corpus(path: str) -> tuple[str, str]:
 
 
 def adam_passes(start, scale: float, usable: list[int], batch_loss, steps: int | None, batch: int, lr: float,
-                seed: int, say: Steps, passes: int = 3, device=None):
+                seed: int, say: Steps, passes: int = 3, device=None, lengths: list[int] | None = None):
     """New rows by Adam from `start`, minimizing `batch_loss(window indices, R)` over the `usable` windows.
 
     Passes over the windows in a seeded order (at most `passes`, and at most `steps` steps when
-    given), `batch` windows a step, step size `lr * scale` (scale: the rms of the old rows). Every
+    given), `batch` windows a step, step size `lr * scale` (scale: the rms of the old rows). With
+    `lengths` (the positions each window's step computes), batches hold windows of similar length
+    (`length_batches`). Every
     8th usable window (when 16 or more) is held out: after each pass its loss decides, the rows of
     the best pass are kept, and the run stops when a pass improves it by less than 1%. A step whose
     loss or gradient is not finite is skipped (counted); a row that ends non-finite keeps `start`.
@@ -207,6 +210,8 @@ def adam_passes(start, scale: float, usable: list[int], batch_loss, steps: int |
         return R.detach().double().cpu(), report
     held = usable[::8] if len(usable) >= 16 else []
     train = [i for i in usable if i not in set(held)]
+    if lengths is not None:  # the held-out loss is a sum: evaluated in length order, it pads least
+        held.sort(key=lambda i: lengths[i])
     per_pass = -(-len(train) // batch)
     total = passes * per_pass if steps is None else min(steps, passes * per_pass)
     rng = np.random.default_rng(seed)
@@ -223,11 +228,10 @@ def adam_passes(start, scale: float, usable: list[int], batch_loss, steps: int |
     report["held_out_windows"] = len(held)
     step = 0
     while step < total:
-        order = list(rng.permutation(train))
-        for s in range(0, len(order), batch):
+        for part in length_batches(list(rng.permutation(train)), batch, lengths, rng):
             if step >= total:
                 break
-            loss = batch_loss(order[s:s + batch], R)
+            loss = batch_loss(part, R)
             opt.zero_grad()
             loss.backward()
             if torch.isfinite(loss) and torch.isfinite(R.grad).all():
@@ -259,6 +263,22 @@ def adam_passes(start, scale: float, usable: list[int], batch_loss, steps: int |
         logger.warning("input distillation: %d row(s) not finite; they keep the sub-word mean", int(bad.sum()))
         rows[bad] = start.double().cpu()[bad]
     return rows, report
+
+
+def length_batches(order: list[int], batch: int, lengths: list[int] | None, rng) -> list[list[int]]:
+    """`order` (windows in a random order) cut into batches of `batch`; with `lengths`, each run of
+    `LENGTH_BUCKET` batches is sorted by length first and the batches are shuffled (`rng`), so a
+    batch holds windows of similar length. A batch pads every window to its longest, and padding
+    costs as much as real positions: on SmolLM2-135M's fitting windows (bench/domain.py) the
+    positions run per pass fall from 6,640 to 4,016 (3,641 without padding)."""
+    if lengths is None:
+        return [order[s:s + batch] for s in range(0, len(order), batch)]
+    span = batch * LENGTH_BUCKET
+    out = []
+    for s in range(0, len(order), span):
+        run = sorted(order[s:s + span], key=lambda i: lengths[i])
+        out += [run[t:t + batch] for t in range(0, len(run), batch)]
+    return [out[i] for i in rng.permutation(len(out))]
 
 
 def subword_mean(E, tokens: list[FitToken]):

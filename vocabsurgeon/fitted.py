@@ -180,27 +180,28 @@ def _teach(m: _Model, windows: list[Window], batch: int, say: Steps, stage: str 
 
     log Z is a float32 log-sum-exp over the vocabulary (its rounding, ~1e-7 relative, moves a KL by
     as little), taken per window on its own positions: float64 logits of a batch of long windows
-    would be gigabytes (8 x 512 x 49,152 x 8 bytes)."""
+    would be gigabytes (8 x 512 x 49,152 x 8 bytes). Windows are batched in length order (padding
+    costs as much as real positions); the results are in the order of `windows`."""
     import torch
 
-    t = _Teacher([], [], [])
-    for s in range(0, len(windows), batch):
-        part = windows[s:s + batch]
-        ids, mask = pad_batch([w.old for w in part], 0, m.device)
+    h_, logz_, lp_ = [None] * len(windows), [None] * len(windows), [None] * len(windows)
+    order = sorted(range(len(windows)), key=lambda i: len(windows[i].old))
+    for s in range(0, len(order), batch):
+        part = order[s:s + batch]
+        ids, mask = pad_batch([windows[i].old for i in part], 0, m.device)
         if not m._checked:
             m.check_linear_head(ids[:, :int(mask[0].sum())])
         with torch.no_grad():
             h = m.hidden(ids, mask)
-            for i, w in enumerate(part):
-                T = len(w.old)
-                z = m.logits(h[i, :T])  # (T, n) float32
+            for b, i in enumerate(part):
+                T = len(windows[i].old)
+                z = m.logits(h[b, :T])  # (T, n) float32
                 lz = z.logsumexp(-1)
-                lp = z[:-1].gather(-1, ids[i, 1:T, None])[..., 0] - lz[:-1]
-                t.h.append(h[i, :T].float().cpu())
-                t.logz.append(lz.double().cpu())
-                t.lp_next.append(lp.double().cpu())
+                h_[i] = h[b, :T].float().cpu()
+                logz_[i] = lz.double().cpu()
+                lp_[i] = (z[:-1].gather(-1, ids[b, 1:T, None])[..., 0] - lz[:-1]).double().cpu()
         say(stage, min(s + batch, len(windows)), len(windows))
-    return t
+    return _Teacher(h_, logz_, lp_)
 
 
 @dataclass
@@ -293,7 +294,8 @@ def distill_input_rows(m: _Model, windows: list[Window], teacher: _Teacher, star
 
     Each step runs only the part of each window from its first new token: the keys and values of
     what comes before are computed once (`prefix_cache.PrefixCache`, checked against full windows on
-    the first batch; full windows when they differ).
+    the first batch; full windows when they differ), and a batch holds windows of similar lengths
+    (`fit_common.length_batches`): padding costs as much as real positions.
 
     Returns:
         (rows (k, hidden) float64, a report: steps, passes, held-out loss per pass, skipped steps,
@@ -333,8 +335,9 @@ def distill_input_rows(m: _Model, windows: list[Window], teacher: _Teacher, star
         return loss / (count * h2)
 
     cache = _checked_prefix_cache(m, windows, usable[:batch], first, batch, states, start) if usable else None
+    lengths = [len(p) - (first.get(i, 0) if cache is not None else 0) for i, p in enumerate(pieces)]
     rows, report = adam_passes(start, rms, usable, lambda part, R: batch_loss(part, R, cache), steps, batch, lr, seed,
-                               say, passes, m.device)
+                               say, passes, m.device, lengths)
     report["prefix_cache"] = cache is not None
     return rows, report
 
