@@ -101,7 +101,11 @@ def check_load(base: str, out: str, words_json: str, dest: str, prompt: str) -> 
            "corpus_has_new_words": sorted(w for w in words if w in text),
            "corpus_ids_same": old(text)["input_ids"] == new(text)["input_ids"],
            "paragraphs": len(paras),
-           "paragraphs_ids_changed": sum(old(p)["input_ids"] != new(p)["input_ids"] for p in paras)}
+           "paragraphs_ids_changed": sum(old(p)["input_ids"] != new(p)["input_ids"] for p in paras),
+           # the paragraphs that hold a kept word change, as they should: the others must not
+           "paragraphs_with_new_words": sum(any(w in p for w in words) for p in paras),
+           "paragraphs_without_new_words_changed": sum(old(p)["input_ids"] != new(p)["input_ids"] for p in paras
+                                                       if not any(w in p for w in words))}
     bad = {}
     for w in words:
         alone = new(w, add_special_tokens=False)["input_ids"]
@@ -233,6 +237,19 @@ def _chat(v: dict) -> str:
     return text
 
 
+def _corpus(ld: dict) -> str:
+    """fixtures/corpus.txt's ids through the new tokenizer: whole, then paragraph by paragraph (only a
+    paragraph that holds a kept word, such as code with `__name__`, may change)."""
+    whole = "same" if ld["corpus_ids_same"] else "changed"
+    if ld.get("corpus_has_new_words"):
+        whole += f" (it holds {', '.join(f'`{w}`' for w in ld['corpus_has_new_words'])})"
+    text = f"{whole}; {ld['paragraphs_ids_changed']} of {ld['paragraphs']}"
+    if ld.get("paragraphs_with_new_words"):
+        text += (f" ({ld['paragraphs_with_new_words']} hold a kept word; "
+                 f"{ld['paragraphs_without_new_words_changed']} of the others)")
+    return text
+
+
 def table(rows: list[dict], bench: Bench, words: int, dictionary: dict | None = None) -> str:
     r0 = rows[0]["add"]
     spec = real_model.MODELS[bench.model]
@@ -273,8 +290,7 @@ def table(rows: list[dict], bench: Bench, words: int, dictionary: dict | None = 
         lines.append(
             f"| {r['init']} | {ld['tokenizer_class']} ({ld['len_tokenizer']:,}) | {ld['model_class']} "
             f"({ld['embedding_rows']:,} / {ld.get('lm_head_rows', ld['embedding_rows']):,}, {ld['lm_head_tied']}) "
-            f"| {'same' if ld['corpus_ids_same'] else 'CHANGED'}; "
-            f"{ld['paragraphs_ids_changed']} of {ld['paragraphs']} | {ld['words'] - len(ld['words_not_one_token'])}"
+            f"| {_corpus(ld)} | {ld['words'] - len(ld['words_not_one_token'])}"
             f"/{ld['words']} | {ld['greedy_same']} ({ld['greedy_text']!r}) | {r['load_s']:.1f} / {_mb(r['load_rss'])} |")
         for w, problems in ld["words_not_one_token"].items():
             lines.append(f"| | `{w}`: {'; '.join(problems)} | | | | | |")

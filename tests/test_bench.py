@@ -200,6 +200,11 @@ def test_real_checkpoint_table_renders_untied_chat_and_failed_figures():
            "| 4e-09 / 5e-08; greedy differs in 0 of 3 | 0 |" in text
     assert "| 12.3 / 1,500 MB (1.50) | - / - (2.00) |" in text  # a failed validate has no time
     assert "| Qwen2ForCausalLM (151,940 / 151,940, False) | same; 0 of 26 | 1/2 | True (' Paris.') |" in text
+    row = _real_row()
+    row["load"].update(corpus_ids_same=False, corpus_has_new_words=["__name__"], paragraphs_ids_changed=1,
+                       paragraphs_with_new_words=1, paragraphs_without_new_words_changed=0)
+    assert "| changed (it holds `__name__`); 1 of 26 (1 hold a kept word; 0 of the others) |" in rc.table(
+        [row], bench, 60)
     assert "| | `Éowyn`: alone: ['Ã', 'ī'] |" in text
     row = _real_row()
     row["validation"]["kl_chat"] = {"applicable": False, "reason": "the tokenizer has no chat template"}
