@@ -186,20 +186,25 @@ def reason_kind(reason: str) -> str:
     return re.sub(r"'[^']*'|\"[^\"]*\"", "…", reason).strip()
 
 
+def _by_reason(skipped: list[dict]) -> list[tuple[str, list[str]]]:
+    """The skipped words grouped by `reason_kind`, the largest group first (then in order of appearance)."""
+    groups: dict[str, list[str]] = {}
+    for s in skipped:
+        groups.setdefault(reason_kind(s["reason"]), []).append(s["token"])
+    return sorted(groups.items(), key=lambda g: -len(g[1]))
+
+
 def dictionary_figures(plan: dict) -> dict:
     """What a dry-run plan (`add --dry-run --json`) of a word list kept and skipped, the skips grouped by reason."""
     kept = list(dict.fromkeys(a["token"] for a in plan["added"]))
     skipped = plan["skipped"]
     lost = [s for s in skipped if not s["reason"].startswith("already")]
-    groups: dict[str, list[str]] = {}
-    for s in skipped:
-        groups.setdefault(reason_kind(s["reason"]), []).append(s["token"])
     words = len(kept) + len(skipped)
     return {"words": words, "kept": len(kept), "rows": len(plan["added"]),
             "mechanisms": dict(Counter(a["mechanism"] for a in plan["added"]).most_common()),
             "skipped": len(skipped), "lost": len(lost), "lost_fraction": len(lost) / words if words else 0.0,
             "within_limit": len(lost) <= MAX_LOST * words,
-            "reasons": sorted(([k, len(v), v[:4]] for k, v in groups.items()), key=lambda g: (-g[1], g[0])),
+            "reasons": [[k, len(v), v[:4]] for k, v in _by_reason(skipped)],
             "not_one_token_somewhere": len(plan.get("contexts_not_one_token") or {}),
             "notes": plan.get("tokenizer_notes", [])}
 
@@ -253,7 +258,7 @@ def _corpus(ld: dict) -> str:
 def table(rows: list[dict], bench: Bench, words: int, dictionary: dict | None = None) -> str:
     r0 = rows[0]["add"]
     spec = real_model.MODELS[bench.model]
-    skipped = "; ".join(f"`{s['token']}` ({s['reason']})" for s in r0["skipped"]) or "none"
+    skipped = "; ".join(f"{', '.join(f'`{w}`' for w in ws)} ({kind})" for kind, ws in _by_reason(r0["skipped"])) or "none"
     lines = [
         f"{spec.description}. {words} words (fixtures/lotr.txt, bench/real_checkpoint.py's WORDS"
         f"{' and CODE_WORDS' if bench.extra == CODE_WORDS else ''}); tokenizer family `{r0['tokenizer_family']}`, "

