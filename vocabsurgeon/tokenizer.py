@@ -102,6 +102,26 @@ class TokenizerPlan:
                 "notes": self.notes, "contexts_not_one_token": self.contexts}
 
 
+def class_defaults(name: str | None, cfg: dict) -> dict:
+    """What transformers' tokenizer class `name` sets by default and PreTrainedTokenizerFast sets otherwise
+    (LlamaTokenizer pads on the left), where tokenizer_config.json `cfg` does not set it: written when the
+    class is replaced, so that the tokenizer loaded as written pads and truncates as the named class did."""
+    if name is None or name in FILE_AS_WRITTEN_CLASSES:
+        return {}
+    try:
+        from transformers import PreTrainedTokenizerFast
+        from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+
+        cls = tokenizer_class_from_name(name)
+    except Exception:  # an old or broken transformers: the class keeps its own defaults unknown
+        return {}
+    if cls is None:
+        return {}
+    keys = ("padding_side", "truncation_side", "model_input_names")
+    return {k: getattr(cls, k) for k in keys
+            if k not in cfg and getattr(cls, k, None) is not None and getattr(cls, k) != getattr(PreTrainedTokenizerFast, k)}
+
+
 def convert_slow_tokenizer(directory: str | Path, slow_file: str = SLOW_TOKENIZER_FILES[0]) -> tuple[dict, str]:
     """Build tokenizer.json from a slow tokenizer's file (`tokenizer.model`, T5's `spiece.model`, ...)
     with transformers' converter.
@@ -675,6 +695,7 @@ class TokenizerEditor:
             return None
         cfg = json.loads(json.dumps(self.config or {}))
         if needs_file_as_written and cfg.get("tokenizer_class") not in FILE_AS_WRITTEN_CLASSES:
+            cfg.update(class_defaults(cfg.get("tokenizer_class"), cfg))
             cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
         decoder = cfg.get("added_tokens_decoder")
         for i, content in plan.freed.items():
