@@ -95,7 +95,8 @@ def test_ordinary_words_are_kept_one_token_in_context_and_old_text_keeps_its_ids
 def test_a_transformers_5_resave_of_llama_2_keeps_the_words_of_metas_layout(published, tmp_path):
     """AutoTokenizer.from_pretrained(Llama 2).save_pretrained(dir) writes its tokenizer.json with no normalizer
     and a Metaspace "always" pre-tokenizer: read as such, only words of two pieces could be kept (1 of the 16
-    here; issue 20: 13 of 82). Read in Meta's layout, every word is kept as on the published file."""
+    here; issue 20: 13 of 82). Its tokenizer_config.json has no legacy key, so AutoTokenizer builds Metaspace
+    "first" from it: read so, every word is kept as on the published file."""
     src = tmp_path / "resaved"
     src.mkdir()
     for f in published("llama2").iterdir():

@@ -363,8 +363,9 @@ class TokenizerEditor:
                           if set_ignore else self.family.rebuild_breaks(new) if self.family is not None else None)
         old_class = (self.config or {}).get("tokenizer_class")
         if why_as_written and old_class not in FILE_AS_WRITTEN_CLASSES:
+            kept = "".join(f", {k} {v!r} kept" for k, v in class_defaults(old_class, self.config or {}).items())
             notes.append(f"tokenizer_class {old_class} -> PreTrainedTokenizerFast, so transformers loads tokenizer.json "
-                         f"as written ({why_as_written})")
+                         f"as written ({why_as_written}{kept})")
         gap = None
         if isinstance(self.model.get("vocab"), list) and new and start > len(self.model["vocab"]):  # Unigram
             gap = (len(self.model["vocab"]), start)
@@ -374,9 +375,9 @@ class TokenizerEditor:
                 notes.append(f"Unigram ids {free[0]}..{free[-1]} (rows already in the checkpoint) hold placeholder "
                              f"pieces {GAP_PIECE.format('N')!r} that are never produced, so new ids match their rows")
         if self.adopted and new:
-            notes.append(f"{TOKENIZER_FILE}'s normalizer and pre-tokenizer replaced by those transformers' {self.adopted} "
-                         "builds on load, which differ from the file's (e.g. on text that starts with a space): the "
-                         "output tokenizes text without new words as AutoTokenizer tokenized the input")
+            notes.append(f"{TOKENIZER_FILE} written with the pipeline transformers' {self.adopted} builds on load, not "
+                         "the file's own normalizer and pre-tokenizer, which tokenize some text otherwise (e.g. text that "
+                         "starts with a space): the output gives text without new words the ids AutoTokenizer gave it")
         elif self.rewritten and new:
             notes.append(f"{TOKENIZER_FILE}'s Metaspace pre-tokenizer (prepend_scheme 'always') written as normalizer "
                          "steps that give every text the same ids, so that new words are added tokens matched on "

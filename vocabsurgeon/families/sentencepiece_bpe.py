@@ -118,7 +118,13 @@ class SentencePieceBPE(Family):
     a space; after "(" or a quote the word keeps its old pieces (reported per word, not skipped). Its
     tokenizer_class (LlamaTokenizer, legacy) would be rebuilt on load with Metaspace "always", which
     prepends a "▁" after every added token: the output names PreTrainedTokenizerFast, which loads
-    tokenizer.json as written (old text tokenizes the same: the plan checks it)."""
+    tokenizer.json as written (old text tokenizes the same: the plan checks it). The class cannot be kept
+    there: LlamaTokenizer takes only vocab, merges and added tokens from the files, and with legacy true a
+    multi-piece word is neither an added token without that "▁" nor a merge chain that leaves old text alone
+    (legacy false would drop the "▁" after <s> in a chat prompt). The file is written in the pipeline the class
+    builds (as_transformers_builds: " a" is "▁a", as AutoTokenizer gave it), so the ids are AutoTokenizer's.
+    Where the class builds Metaspace "first" (no legacy key: transformers 5's re-save), it is kept: the words are
+    raw added tokens as above."""
 
     name = "sentencepiece-bpe"
     why_not_entry = "SentencePiece BPE takes new words only as added tokens"
