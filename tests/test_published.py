@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from tokenizers import Tokenizer
 from transformers import (AutoTokenizer, BertConfig, BertModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
                           MistralForCausalLM)
 
@@ -94,7 +95,8 @@ def test_ordinary_words_are_kept_one_token_in_context_and_old_text_keeps_its_ids
 def test_a_transformers_5_resave_of_llama_2_keeps_the_words_of_metas_layout(published, tmp_path):
     """AutoTokenizer.from_pretrained(Llama 2).save_pretrained(dir) writes its tokenizer.json with no normalizer
     and a Metaspace "always" pre-tokenizer: read as such, only words of two pieces could be kept (1 of the 16
-    here; issue 20: 13 of 82). Read in Meta's layout, every word is kept as on the published file."""
+    here; issue 20: 13 of 82). Its tokenizer_config.json has no legacy key, so AutoTokenizer builds Metaspace
+    "first" from it: read so, every word is kept as on the published file."""
     src = tmp_path / "resaved"
     src.mkdir()
     for f in published("llama2").iterdir():
@@ -150,15 +152,85 @@ def _word_matrix(src: Path, out: Path) -> dict:
 @pytest.mark.parametrize("name", ["llama2", "mistral-v0.1"])
 def test_metas_layout_passes_validation_with_a_lone_space_piece_before_a_word(name, published, tmp_path):
     """Meta's layout encodes " mithril" as "▁" + the new token, as it encodes " the" as "▁" + "▁the": the
-    validation after `add` failed every word there (exit 3) by asking for one token."""
+    validation after `add` failed every word there (exit 3) by asking for one token. (Llama 2 as AutoTokenizer
+    loads it, legacy LlamaTokenizer, has no lone "▁" there: " the" is "▁the", in the output as in the input.)"""
     src, out = published(name), tmp_path / "out"
     r = CliRunner().invoke(cli, ["add", "--json", "-q", "-t", "mithril", "-t", "Frodo", str(src), str(out)])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["validation"]["passed"]
     check = json.loads((out / "vocabsurgeon_report.json").read_text(encoding="utf-8"))["tokenization"]
     assert check["passed"] and check["new_words"] == check["one_token_words"] == 2, check
-    new = AutoTokenizer.from_pretrained(out)
-    assert new.convert_ids_to_tokens(new(" the", add_special_tokens=False)["input_ids"]) == ["▁", "▁the"]
+    old, new = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(out)
+    pieces = [t.convert_ids_to_tokens(t(" the", add_special_tokens=False)["input_ids"]) for t in (old, new)]
+    assert pieces[0] == pieces[1] == (["▁the"] if name == "llama2" else ["▁", "▁the"])
+
+
+# Old text that starts or goes on with spaces, tabs, newlines, digits, CJK and emoji, and special tokens written in
+# the text (a chat prompt): where Meta's Llama 2 file and transformers' LlamaTokenizer disagree.
+SPACED = [" a", "a", "  Hello", "\nfoo", "\tbar", " \n x", "Hello  world", "Hello   world ", "x\n\ny", "123 4567 89.0",
+          " 2024-11-25", "日本語のテキスト", " 中文", "emoji 😀🎉 here", " 😀", "   ", " ", "a\tb", "don't", " it's",
+          "<s>Hello", "<s> Hello", "Hello</s>", "<s>[INST] Hi there [/INST] Hello! </s><s>[INST] Next [/INST]"]
+
+
+def _old_texts() -> list[str]:
+    lines = [line for line in OLD_TEXT.splitlines() if line.strip()]
+    paragraphs = [p for p in OLD_TEXT.split("\n\n") if p.strip()]
+    return list(dict.fromkeys([*paragraphs, *lines, *(" " + line for line in lines), *("  " + line for line in lines),
+                               *SPACED]))
+
+
+def _resave(src: Path, dest: Path) -> Path:
+    """transformers 5's re-save of a checkpoint's tokenizer (AutoTokenizer, then save_pretrained)."""
+    dest.mkdir()
+    for f in src.iterdir():
+        if f.name not in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+            (dest / f.name).write_bytes(f.read_bytes())
+    AutoTokenizer.from_pretrained(src).save_pretrained(dest)
+    return dest
+
+
+@pytest.mark.parametrize("name", ["llama2", "llama2-resave", "mistral-v0.1", "mistral-v0.3"])
+def test_autotokenizer_of_the_output_gives_old_text_the_ids_autotokenizer_gave_the_input(name, published, tmp_path):
+    """Issue 20: AutoTokenizer builds Meta's Llama 2 (tokenizer_class LlamaTokenizer, legacy true) with its own
+    Metaspace "always" pipeline, not the file's Prepend normalizer: " a" is "▁a", the file gives "▁" + "▁a". The
+    output loaded as written followed the file, so AutoTokenizer(input) and AutoTokenizer(output) differed on 51
+    of 105 old texts here; now the output is written with transformers' pipeline: the same ids, with and without
+    special tokens, the same decoding, and its tokenizer.json gives them too. The class is kept where the new words
+    allow it (the re-save: no legacy key, prepend_scheme "first"); with legacy true every added token would get a
+    "▁" after it, so Meta's file loads as written (TokenizersBackend) and keeps LlamaTokenizer's left padding."""
+    src = _resave(published("llama2"), tmp_path / "resaved") if name == "llama2-resave" else published(name)
+    out = tmp_path / "out"
+    summary = _add(src, out, "-t", "Frodo", "-t", "Gandalf")
+    assert [a["token"] for a in summary["added"]][:1] == ["Frodo"] and not summary["skipped"]
+    old, new = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(out)
+    texts = _old_texts()
+    for special in (True, False):
+        want = [old(t, add_special_tokens=special)["input_ids"] for t in texts]
+        got = [new(t, add_special_tokens=special)["input_ids"] for t in texts]
+        assert sum(w != g for w, g in zip(want, got)) == 0, next((t, w, g) for t, w, g in zip(texts, want, got) if w != g)
+    want = [old(t, add_special_tokens=False)["input_ids"] for t in texts]
+    assert [new.decode(w) for w in want] == [old.decode(w) for w in want]
+    file = Tokenizer.from_file(str(out / "tokenizer.json"))
+    assert [e.ids for e in file.encode_batch(texts, add_special_tokens=False)] == want
+    expected = {"llama2": "TokenizersBackend"}.get(name, type(old).__name__)
+    assert type(new).__name__ == expected and new.padding_side == old.padding_side
+
+    ids = {a["id"] for a in summary["added"]}
+    soft = summary["contexts_not_one_token"]
+    # a lone leading space as a piece of its own, as the input gives it (Mistral: "▁" + "▁a"; Llama 2 as loaded: "▁a")
+    lead = len(old(" a", add_special_tokens=False)["input_ids"]) - len(old("a", add_special_tokens=False)["input_ids"])
+    for w in ("Frodo", "Gandalf"):
+        for text in [c.format(w) for c in CONTEXTS] + [f"{w}'s", f"{w}!", f"{w}."]:
+            got = new(text, add_special_tokens=False)["input_ids"]
+            assert file.encode(text, add_special_tokens=False).ids == got, text
+            assert new.decode(got) == old.decode(old(text, add_special_tokens=False)["input_ids"]), text
+            if text in soft.get(w, ()):  # reported: brackets and quotes in Meta's layout keep their old pieces
+                assert got == old(text, add_special_tokens=False)["input_ids"], text
+            else:
+                assert sum(i in ids for i in got) == 1, (text, new.convert_ids_to_tokens(got))
+            if text in (w, " " + w):
+                assert len(got) == 1 + (lead if text != w else 0), (text, new.convert_ids_to_tokens(got))
+    assert set().union(*soft.values()) <= {"(Frodo)", '"Frodo"', "(Gandalf)", '"Gandalf"'}
 
 
 @pytest.mark.slow  # a 10,000-word plan on a 128k/151k vocabulary: ~10 s each on 2 cores

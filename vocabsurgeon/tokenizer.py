@@ -43,8 +43,8 @@ from .checkpoint import read_json
 from .errors import InputError, VocabSurgeonError
 from .chats import chat_samples
 from .encoding import encode_batch, encode_ids, unpadded
-from .families import SUPPORTED_FAMILIES, Skip, detect_family, family_of
-from .families.sentencepiece_bpe import as_meta_layout
+from .families import SUPPORTED_FAMILIES, SentencePieceBPE, Skip, detect_family, family_of
+from .families.sentencepiece_bpe import PIPELINE, as_meta_layout, as_transformers_builds
 from .filenames import CHAT_TEMPLATE_FILES, SLOW_TOKENIZER_FILES, TOKENIZER_CONFIG, TOKENIZER_FILE
 from .writer import write_json
 
@@ -100,6 +100,26 @@ class TokenizerPlan:
         """The plan as plain data (the --json view)."""
         return {"family": self.family, "new": [asdict(t) for t in self.new], "skipped": self.skipped,
                 "notes": self.notes, "contexts_not_one_token": self.contexts}
+
+
+def class_defaults(name: str | None, cfg: dict) -> dict:
+    """What transformers' tokenizer class `name` sets by default and PreTrainedTokenizerFast sets otherwise
+    (LlamaTokenizer pads on the left), where tokenizer_config.json `cfg` does not set it: written when the
+    class is replaced, so that the tokenizer loaded as written pads and truncates as the named class did."""
+    if name is None or name in FILE_AS_WRITTEN_CLASSES:
+        return {}
+    try:
+        from transformers import PreTrainedTokenizerFast
+        from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+
+        cls = tokenizer_class_from_name(name)
+    except Exception:  # an old or broken transformers: the class keeps its own defaults unknown
+        return {}
+    if cls is None:
+        return {}
+    keys = ("padding_side", "truncation_side", "model_input_names")
+    return {k: getattr(cls, k) for k in keys
+            if k not in cfg and getattr(cls, k, None) is not None and getattr(cls, k) != getattr(PreTrainedTokenizerFast, k)}
 
 
 def convert_slow_tokenizer(directory: str | Path, slow_file: str = SLOW_TOKENIZER_FILES[0]) -> tuple[dict, str]:
@@ -163,15 +183,25 @@ class TokenizerEditor:
             # is in the current format.
             self.data = json.loads(Tokenizer.from_file(str(file)).to_str())
             logger.info("%s is in the format of tokenizers < 0.10; read and written in the current one", file)
-        # transformers 5's re-save of Llama 2 (a Metaspace "always" pre-tokenizer): read in Meta's layout, which
-        # gives every text the same ids and lets new words be added tokens (see as_meta_layout)
-        meta = as_meta_layout(self.data) if self.converted_from is None else self.data
-        self.rewritten = meta is not self.data
-        if self.rewritten:
-            self.data = meta
-            self.tok = unpadded(Tokenizer.from_str(json.dumps(self.data)))
         cfg = self.dir / TOKENIZER_CONFIG
         self.config = read_json(cfg) if cfg.exists() else None
+        # A SentencePiece BPE that transformers rebuilds on load (LlamaTokenizer) is read as AutoTokenizer builds it,
+        # which is what users of the checkpoint get: where that differs from the file (Meta's Llama 2 file with
+        # legacy true: " a" is "▁" + "▁a" in the file, "▁a" as loaded), the output follows transformers
+        # (see as_transformers_builds)
+        view = self.data
+        self.adopted: str | None = None  # the transformers class whose pipeline the output is written with
+        if self.converted_from is None and SentencePieceBPE.matches(self.data) \
+                and (self.config or {}).get("tokenizer_class") not in FILE_AS_WRITTEN_CLASSES:
+            view = as_transformers_builds(self.data, self._built_pipeline())
+            self.adopted = self._loaded_class if view is not self.data else None
+        # Metaspace "always" (transformers' LlamaTokenizer with legacy true, or its re-save as a file): read as the
+        # normalizer steps that give every text the same ids and let new words be added tokens (see as_meta_layout)
+        meta = as_meta_layout(view) if self.converted_from is None else view
+        self.rewritten = meta is not view
+        if meta is not self.data:
+            self.data = meta
+            self.tok = unpadded(Tokenizer.from_str(json.dumps(self.data)))
         self.family_name = detect_family(self.data)
         fam = family_of(self.data)
         self.family = fam(self) if fam is not None else None  # the family record: how words become entries
@@ -333,8 +363,9 @@ class TokenizerEditor:
                           if set_ignore else self.family.rebuild_breaks(new) if self.family is not None else None)
         old_class = (self.config or {}).get("tokenizer_class")
         if why_as_written and old_class not in FILE_AS_WRITTEN_CLASSES:
+            kept = "".join(f", {k} {v!r} kept" for k, v in class_defaults(old_class, self.config or {}).items())
             notes.append(f"tokenizer_class {old_class} -> PreTrainedTokenizerFast, so transformers loads tokenizer.json "
-                         f"as written ({why_as_written})")
+                         f"as written ({why_as_written}{kept})")
         gap = None
         if isinstance(self.model.get("vocab"), list) and new and start > len(self.model["vocab"]):  # Unigram
             gap = (len(self.model["vocab"]), start)
@@ -343,7 +374,11 @@ class TokenizerEditor:
             if free:
                 notes.append(f"Unigram ids {free[0]}..{free[-1]} (rows already in the checkpoint) hold placeholder "
                              f"pieces {GAP_PIECE.format('N')!r} that are never produced, so new ids match their rows")
-        if self.rewritten and new:
+        if self.adopted and new:
+            notes.append(f"{TOKENIZER_FILE} written with the pipeline transformers' {self.adopted} builds on load, not "
+                         "the file's own normalizer and pre-tokenizer, which tokenize some text otherwise (e.g. text that "
+                         "starts with a space): the output gives text without new words the ids AutoTokenizer gave it")
+        elif self.rewritten and new:
             notes.append(f"{TOKENIZER_FILE}'s Metaspace pre-tokenizer (prepend_scheme 'always') written as normalizer "
                          "steps that give every text the same ids, so that new words are added tokens matched on "
                          "normalized text (as in Meta's Llama 2 layout)")
@@ -466,17 +501,28 @@ class TokenizerEditor:
         return contexts.space_lead(self.encode)
 
     def _original_as_loaded(self) -> Tokenizer | None:
-        """The original tokenizer as transformers builds it on load (cached), or None if it cannot."""
+        """The original tokenizer as transformers builds it on load (cached), or None if it cannot;
+        `_loaded_class` is then the class AutoTokenizer picked."""
         if not hasattr(self, "_loaded_original"):
+            self._loaded_class: str | None = None
             try:
                 from transformers import AutoTokenizer
 
-                backend = AutoTokenizer.from_pretrained(str(self.dir), trust_remote_code=False).backend_tokenizer
-                self._loaded_original = unpadded(Tokenizer.from_str(backend.to_str()))
+                loaded = AutoTokenizer.from_pretrained(str(self.dir), trust_remote_code=False)
+                self._loaded_original = unpadded(Tokenizer.from_str(loaded.backend_tokenizer.to_str()))
+                self._loaded_class = type(loaded).__name__
             except Exception as e:  # transformers raises many types; then every difference counts
                 logger.info("transformers cannot load %s (%s: %s)", self.dir, type(e).__name__, e)
                 self._loaded_original = None
         return self._loaded_original
+
+    def _built_pipeline(self) -> dict | None:
+        """The normalizer, pre-tokenizer and decoder of the original as transformers builds it on load, or None."""
+        tok = self._original_as_loaded()
+        if tok is None:
+            return None
+        data = json.loads(tok.to_str())
+        return {k: data.get(k) for k in PIPELINE}
 
     def _as_transformers_loads(self, plan: TokenizerPlan) -> Tokenizer | None:
         """The edited tokenizer as transformers builds it on load, where the written tokenizer_class
@@ -650,6 +696,7 @@ class TokenizerEditor:
             return None
         cfg = json.loads(json.dumps(self.config or {}))
         if needs_file_as_written and cfg.get("tokenizer_class") not in FILE_AS_WRITTEN_CLASSES:
+            cfg.update(class_defaults(cfg.get("tokenizer_class"), cfg))
             cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
         decoder = cfg.get("added_tokens_decoder")
         for i, content in plan.freed.items():

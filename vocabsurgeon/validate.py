@@ -210,10 +210,10 @@ def tokenization_check(old_tok, new_tok, text: str, new: NewIds, new_ids: list[i
     special = set(getattr(new_tok, "all_special_ids", []) or [])
     # Added special tokens (--special) are not in all_special_ids in transformers 5; they stand alone.
     special |= {i for i, t in (getattr(new_tok, "added_tokens_decoder", None) or {}).items() if t.special}
-    # Pieces of a lone leading space (as verify_tokenizer counts them): Meta's layout (Llama 2 as Meta ships
-    # it, Mistral's tokenizer.model) encodes " the" as "▁" + "▁the", and so " Frodo" as "▁" + the new token.
-    # Counted on the edited tokenizer: transformers 5 rebuilds Meta's Llama 2 file as LlamaTokenizer (no "▁"
-    # there), while the output is loaded as written (PreTrainedTokenizerFast), as SentencePiece encodes it.
+    # Pieces of a lone leading space (as verify_tokenizer counts them): Meta's layout (Mistral's tokenizer.model)
+    # encodes " the" as "▁" + "▁the", and so " Frodo" as "▁" + the new token; Llama 2 as transformers 5 builds
+    # Meta's file (LlamaTokenizer, legacy) has no such "▁", nor has its output (written in that pipeline).
+    # Counted on the edited tokenizer, as it is loaded.
     lead = contexts.space_lead(lambda t: encode(new_tok, t))
     words: dict[str, int] = {}
     for t in new_ids:

@@ -77,6 +77,35 @@ def as_meta_layout(data: dict) -> dict:
             "pre_tokenizer": None}
 
 
+# The parts of tokenizer.json that transformers' SentencePiece BPE classes build themselves on load.
+PIPELINE = ("normalizer", "pre_tokenizer", "decoder")
+
+
+def as_transformers_builds(data: dict, built: dict | None) -> dict:
+    """`data` with the normalizer, pre-tokenizer and decoder that transformers builds on load (`built`: those
+    parts of AutoTokenizer's backend, None where it cannot load) where they differ from the file's, for a
+    SentencePiece BPE whose rebuilt pre-tokenizer is Metaspace; any other tokenizer is returned as is.
+
+    transformers 5's LlamaTokenizer does not read tokenizer.json's pipeline: TokenizersBackend.
+    convert_to_native_format (tokenization_utils_tokenizers.py) takes only vocab, merges and the post-processor
+    from the file for a class with its own __init__, and LlamaTokenizer.__init__ (tokenization_llama.py) sets
+    normalizer None, pre-tokenizer Metaspace("▁", split=False) with prepend_scheme from
+    tokenization_utils_base._get_prepend_scheme: "always" where tokenizer_config.json says legacy true, "first"
+    where it says false or nothing (transformers 5's save_pretrained writes no legacy key), and its own decoder.
+    Meta's Llama 2 file ([Prepend("▁"), Replace(" ", "▁")], legacy true) encodes " a" as "▁" + "▁a", as
+    SentencePiece does; the LlamaTokenizer that AutoTokenizer builds from it encodes "▁a" (a stretch that
+    starts with a space gets no second "▁"; 48 of 105 texts of fixtures/corpus.txt with leading spaces differ).
+    Trainers and users load checkpoints with AutoTokenizer, so where the two views of the input differ the
+    output follows transformers' (where they agree, it is both): the output's tokenizer.json is written with
+    transformers' pipeline, so that its file and AutoTokenizer give the same ids as AutoTokenizer gave the input.
+    """
+    if built is None or not SentencePieceBPE.matches(data) or not has_node(built.get("pre_tokenizer"), "Metaspace"):
+        return data
+    if all(data.get(k) == built.get(k) for k in PIPELINE):
+        return data
+    return {**data, **{k: built.get(k) for k in PIPELINE}}
+
+
 class SentencePieceBPE(Family):
     """Added tokens "Frodo" and " Frodo": Metaspace with prepend_scheme "first" puts no "▁" after
     them, so "Frodo, and" decodes as before. A form inside an existing token ("tion" of
@@ -89,7 +118,13 @@ class SentencePieceBPE(Family):
     a space; after "(" or a quote the word keeps its old pieces (reported per word, not skipped). Its
     tokenizer_class (LlamaTokenizer, legacy) would be rebuilt on load with Metaspace "always", which
     prepends a "▁" after every added token: the output names PreTrainedTokenizerFast, which loads
-    tokenizer.json as written (old text tokenizes the same: the plan checks it)."""
+    tokenizer.json as written (old text tokenizes the same: the plan checks it). The class cannot be kept
+    there: LlamaTokenizer takes only vocab, merges and added tokens from the files, and with legacy true a
+    multi-piece word is neither an added token without that "▁" nor a merge chain that leaves old text alone
+    (legacy false would drop the "▁" after <s> in a chat prompt). The file is written in the pipeline the class
+    builds (as_transformers_builds: " a" is "▁a", as AutoTokenizer gave it), so the ids are AutoTokenizer's.
+    Where the class builds Metaspace "first" (no legacy key: transformers 5's re-save), it is kept: the words are
+    raw added tokens as above."""
 
     name = "sentencepiece-bpe"
     why_not_entry = "SentencePiece BPE takes new words only as added tokens"
