@@ -85,7 +85,7 @@ def context_variants(pattern: str) -> tuple[str, str] | None:
             depth, tok = 1, c
         elif pattern.startswith(LOOKAHEAD, i):
             fail.append("(?!)")
-            i += len(LOOKAHEAD)
+            i, quantified = i + len(LOOKAHEAD), False
             continue
         elif c == "(":
             m = _GROUP.match(pattern, i)
@@ -112,8 +112,9 @@ class WholePreTokens:
     ignore_merges turns into one token (tokenizers' BPE looks the whole pre-token up first).
 
     For a layout of `split_pattern`, a pre-token is the byte spelling of a piece that the regex P
-    split off (Isolated) from a normalized segment of text (between added tokens): a match of P,
-    or a gap between matches. So a piece can be one only if:
+    split off (Isolated) from a segment of text (between added tokens, after the normalizer: neither
+    matters below, whatever the segment is): a match of P, or a gap between matches. So a piece can
+    be one only if:
     - it is spelled in the byte alphabet and its bytes are valid UTF-8: a pre-token is whole
       characters, since the regex engine (Oniguruma, on UTF-8) splits between characters
       ("[PAD151665]" passes, "Ã" alone, the first byte of "É", does not);
@@ -126,11 +127,12 @@ class WholePreTokens:
       e.g. U+0558 is a letter there and not here) as a Split removing \\A(?:P)\\z: T is a match
       only if that removes all of T. "[PAD151665]" is not: no alternative of Qwen's or Llama 3's
       patterns matches "[" then "P" ("[PAD" is matched by [^\\r\\n\\p{L}\\p{N}]?\\p{L}+, never a digit);
-    - or it can be a gap: where P matches at some position, the search finds a match there, so no
-      gap starts at T's first character when P with (?!\\S) made to fail (then matching only by what
-      it reads) matches a prefix of T, and P can never match empty text (with (?!\\S) deleted it
-      does not match before "!" alone). The patterns of GPT-2, Llama 3 and Qwen match every
-      character (\\s+, \\p{N}, \\p{L}+, [^\\s\\p{L}\\p{N}]+ cover them all), so they leave no gap.
+    - or it can be a gap (a run of positions at none of which the search finds a match): when P
+      with (?!\\S) made to fail matches a prefix of T, that path reads only T's characters, so P
+      matches at T's first position inside any text and T is no gap; that match is not empty, as P
+      can never match empty text (with (?!\\S) deleted it does not match before "!" alone). The
+      patterns of GPT-2, Llama 3 and Qwen match at every character (\\s+, \\p{N}, \\p{L}+ and
+      [^\\s\\p{L}\\p{N}]+ cover them all), so they leave no gap at all.
     Both are over-approximations (some T that passes may never be a pre-token); never the reverse.
     tests/test_byte_level_reach.py checks them against the pre-tokenizer itself."""
 
