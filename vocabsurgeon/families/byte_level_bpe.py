@@ -3,19 +3,169 @@
 from __future__ import annotations
 
 import logging
+import re
 
-from tokenizers import pre_tokenizers
+from tokenizers import Regex, pre_tokenizers
 
 from ..errors import InputError
 from .base import Entry, Family, Skip
-from .pieces import FormIndex, byte_level
+from .pieces import FormIndex, byte_level, bytes_of
 from .shared import has_node, split_risks, splitting_note
 
 logger = logging.getLogger(__name__)
 
 _BYTE_ALPHABET = set(pre_tokenizers.ByteLevel.alphabet())
+# The regex of tokenizers' ByteLevel pre-tokenizer with use_regex (tokenizers/src/pre_tokenizers/byte_level.rs, RE),
+# split Isolated: GPT-2's pre-tokens.
+GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 UNSAFE_FORM = ("its bare form, as an added token, would decode garbled (ByteLevel), and cannot be a vocabulary "
                "entry: ignore_merges would change how this tokenizer splits existing text")
+
+
+def split_pattern(pre) -> str | None:
+    """The regex whose matches (split Isolated) are this pre-tokenizer's pre-tokens before their bytes
+    are spelled, for the two layouts where that is all it does: GPT-2's ByteLevel(use_regex), and
+    Sequence[Split(Regex, Isolated), ByteLevel(use_regex=False, no prefix space)] (Llama 3, Qwen,
+    DeepSeek). None for any other layout: other pre-tokenizers, a Split of another behavior or a
+    string pattern, a prefix space added to each piece (not a match of the regex), several Splits."""
+    if not isinstance(pre, dict):
+        return None
+    if pre.get("type") == "ByteLevel":  # a prefix space is added before the split: pieces are still matches
+        return GPT2_PATTERN if pre.get("use_regex", True) else None
+    parts = pre.get("pretokenizers") if pre.get("type") == "Sequence" else None
+    if not isinstance(parts, list) or len(parts) != 2 or not all(isinstance(x, dict) for x in parts):
+        return None
+    split, level = parts
+    pattern = (split.get("pattern") or {}).get("Regex") if isinstance(split.get("pattern"), dict) else None
+    if (split.get("type") != "Split" or not isinstance(pattern, str) or split.get("behavior") != "Isolated"
+            or split.get("invert") or level.get("type") != "ByteLevel" or level.get("use_regex", True)
+            or level.get("add_prefix_space")):
+        return None
+    return pattern
+
+
+LOOKAHEAD = r"(?!\S)"  # the one context-dependent construct these patterns have: "not before a non-space"
+_ESCAPES = set("sSdDwWhHrntfvae")  # escapes that match one character by its class, whatever surrounds it
+_HEX = re.compile(r"\\x\{[0-9A-Fa-f]+\}|\\x[0-9A-Fa-f]{1,2}|\\u[0-9A-Fa-f]{4}")
+_GROUP = re.compile(r"\(\?(?::|[im]+(?:-[im]+)?:)")  # (?: and inline-flag groups (?i: (not x, which changes syntax)
+
+
+def context_variants(pattern: str) -> tuple[str, str] | None:
+    """`pattern` with each (?!\\S) made to always fail, and deleted (made to always succeed), or None
+    unless (?!\\S) is the only thing in it that depends on text outside a match: no other lookaround,
+    anchor (^ $ \\A \\z \\b \\G), back-reference, \\K, atomic group or possessive quantifier (a token
+    scan, character classes read as one character each). Anything unknown answers None."""
+    fail, true = [], []
+    i, n, depth, quantified = 0, len(pattern), 0, False
+    while i < n:
+        c = pattern[i]
+        quant = False
+        if c == "\\":
+            e = pattern[i + 1:i + 2]
+            if e in ("p", "P") and pattern[i + 2:i + 3] == "{":
+                j = pattern.find("}", i)
+                if j < 0:
+                    return None
+                tok = pattern[i:j + 1]
+            elif e in ("x", "u"):
+                m = _HEX.match(pattern, i)
+                if m is None:
+                    return None
+                tok = m.group()
+            elif e and (e in _ESCAPES or not e.isalnum()):
+                tok = pattern[i:i + 2]
+            else:
+                return None
+        elif depth:  # inside a character class: whatever it holds, it matches one character
+            depth += (c == "[") - (c == "]")
+            tok = c
+        elif c == "[":
+            if pattern.startswith(("[]", "[^]"), i):  # a leading "]": read differently by engines
+                return None
+            depth, tok = 1, c
+        elif pattern.startswith(LOOKAHEAD, i):
+            fail.append("(?!)")
+            i, quantified = i + len(LOOKAHEAD), False
+            continue
+        elif c == "(":
+            m = _GROUP.match(pattern, i)
+            if m is None and pattern[i + 1:i + 2] == "?":
+                return None
+            tok = m.group() if m else c
+        elif c in "^$":
+            return None
+        elif c in "*+?":
+            if c == "+" and quantified:  # a possessive quantifier (a*+, a{2}+ in some syntaxes): it never gives back
+                return None
+            quant, tok = not quantified, c  # "?" after a quantifier makes it lazy: no new quantifier
+        else:
+            quant, tok = c == "}", c  # "}" ends a {n,m} quantifier (\p{L} is read whole above)
+        fail.append(tok)
+        true.append(tok)
+        quantified = quant
+        i += len(tok)
+    return ("".join(fail), "".join(true)) if depth == 0 else None
+
+
+class WholePreTokens:
+    """Which byte-level pieces can be a whole pre-token of some text: the only pieces that
+    ignore_merges turns into one token (tokenizers' BPE looks the whole pre-token up first).
+
+    For a layout of `split_pattern`, a pre-token is the byte spelling of a piece that the regex P
+    split off (Isolated) from a segment of text (between added tokens, after the normalizer: neither
+    matters below, whatever the segment is): a match of P, or a gap between matches. So a piece can
+    be one only if:
+    - it is spelled in the byte alphabet and its bytes are valid UTF-8: a pre-token is whole
+      characters, since the regex engine (Oniguruma, on UTF-8) splits between characters
+      ("[PAD151665]" passes, "Ã" alone, the first byte of "É", does not);
+    - its text T can be a match: if P matched T inside some text, the same path through P matches
+      T alone with T's end as the end of the string (P fullmatches T). That path reads only T's
+      characters, except (?!\\S) at T's end, which saw the next character or the end of the text
+      and succeeds at the end of the string; `context_variants` rejects every other construct that
+      looks outside a match. This is checked with the tokenizer's own regex engine (tokenizers'
+      Regex, Oniguruma: the same Unicode tables as the pre-tokenizer; the `regex` package's differ,
+      e.g. U+0558 is a letter there and not here) as a Split removing \\A(?:P)\\z: T is a match
+      only if that removes all of T. "[PAD151665]" is not: no alternative of Qwen's or Llama 3's
+      patterns matches "[" then "P" ("[PAD" is matched by [^\\r\\n\\p{L}\\p{N}]?\\p{L}+, never a digit);
+    - or it can be a gap (a run of positions at none of which the search finds a match): when P
+      with (?!\\S) made to fail matches a prefix of T, that path reads only T's characters, so P
+      matches at T's first position inside any text and T is no gap; that match is not empty, as P
+      can never match empty text (with (?!\\S) deleted it does not match before "!" alone). The
+      patterns of GPT-2, Llama 3 and Qwen match at every character (\\s+, \\p{N}, \\p{L}+ and
+      [^\\s\\p{L}\\p{N}]+ cover them all), so they leave no gap at all.
+    Both are over-approximations (some T that passes may never be a pre-token); never the reverse.
+    tests/test_byte_level_reach.py checks them against the pre-tokenizer itself."""
+
+    def __init__(self, pattern: str, fail: str, true: str):
+        self.full = pre_tokenizers.Split(Regex(rf"\A(?:{pattern})\z"), "removed")
+        self.starts = pre_tokenizers.Split(Regex(rf"\A(?:{fail})"), "removed")
+
+    @classmethod
+    def of(cls, pre) -> WholePreTokens | None:
+        """For a tokenizer.json "pre_tokenizer", or None where its pre-tokens are not known this way."""
+        pattern = split_pattern(pre)
+        variants = context_variants(pattern) if pattern is not None else None
+        if variants is None:
+            return None
+        fail, true = variants
+        try:
+            empty = pre_tokenizers.Split(Regex(rf"\A(?:{true})!"), "removed").pre_tokenize_str("!") == []
+            return None if empty else cls(pattern, fail, true)
+        except Exception as e:  # a pattern Oniguruma cannot compile once wrapped: keep the strict check
+            logger.info("pre-tokenizer pattern %r: %s", pattern, e)
+            return None
+
+    def can_be_whole(self, piece: str) -> bool:
+        raw = bytes_of(piece)
+        if raw is None:
+            return False
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        if self.full.pre_tokenize_str(text) == []:
+            return True  # a match of the pattern
+        return [p for p, _ in self.starts.pre_tokenize_str(text)] == [text]  # a gap, unless a match starts there
 
 
 class ByteLevelBPE(Family):
@@ -53,13 +203,28 @@ class ByteLevelBPE(Family):
         return self._redundant
 
     def _all_rebuilt(self) -> bool:
+        """Whether the merges rebuild, as itself, every vocabulary entry that can be a whole
+        pre-token (WholePreTokens): ignore_merges changes nothing for the others, e.g. the
+        "[PAD151665]" entries that transformers' GGUF conversion of Qwen2.5 appends (issue #20).
+        Where the pre-tokenizer's layout is not one WholePreTokens knows, every entry must be rebuilt."""
         bpe = self.ed.tok.model
+        reach: WholePreTokens | None | bool = False  # built at the first entry not rebuilt
+        unreached = []
         for piece in self.ed.vocab:
             if piece in self.ed.added:
                 continue
             if [t.value for t in bpe.tokenize(piece)] != [piece]:
-                logger.info("vocabulary entry %r is not rebuilt by its merges", piece)
+                if reach is False:
+                    reach = WholePreTokens.of(self.ed.data.get("pre_tokenizer"))
+                if reach is not None and not reach.can_be_whole(piece):
+                    unreached.append(piece)
+                    continue
+                logger.info("vocabulary entry %r is not rebuilt by its merges%s", piece,
+                            "" if reach is None else ", and can be a whole pre-token")
                 return False
+        if unreached:
+            logger.info("%d vocabulary entries are not rebuilt by their merges (e.g. %r) but can never be a whole "
+                        "pre-token: ignore_merges leaves them alone", len(unreached), unreached[0])
         return True
 
     @staticmethod
