@@ -243,12 +243,11 @@ def test_a_reachable_entry_its_merges_do_not_build_still_blocks_ignore_merges(qw
     assert {a["token"] for a in summary["added"]} == {"Frodo"}
 
 
-@pytest.mark.xfail(strict=True, reason="tokenizer.py: transformers 5 loads a model_type qwen2 checkpoint with Qwen2Tokenizer "
-                   "whatever tokenizer_class says (MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS), which rebuilds BPE "
-                   "without ignore_merges; _as_transformers_loads trusts PreTrainedTokenizerFast and does not check")
-def test_a_qwen2_checkpoint_loads_the_ignore_merges_entries_through_auto_tokenizer(qwen, tmp_path):
-    """The real Qwen2.5 checkpoint of issue #20 is model_type qwen2: with its [PAD] entries no longer in the way,
-    its words that need ignore_merges are kept, and AutoTokenizer must produce them."""
+def test_a_qwen2_checkpoint_keeps_only_words_that_survive_the_class_transformers_forces_on_it(qwen, tmp_path):
+    """The real Qwen2.5 checkpoint of issue #20 is model_type qwen2, which transformers 5 loads with Qwen2Tokenizer
+    whatever tokenizer_class says; that class rebuilds BPE from vocab and merges without ignore_merges. So a word
+    that needed a vocabulary entry there is made of one merge where it can be (two pieces), else skipped with that
+    reason; every kept word is one token through AutoTokenizer, and old text keeps AutoTokenizer's ids."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     src = tmp_path / "qwen2"
@@ -258,7 +257,18 @@ def test_a_qwen2_checkpoint_loads_the_ignore_merges_entries_through_auto_tokeniz
     Qwen2ForCausalLM(cfg).save_pretrained(src)
     for f in ("tokenizer.json", "tokenizer_config.json"):
         (src / f).write_bytes((qwen["padded"] / f).read_bytes())
-    summary = _add(src, tmp_path / "out", "-t", "Éowyn")
-    assert {a["token"] for a in summary["added"]} == {"Éowyn"}
-    new = AutoTokenizer.from_pretrained(tmp_path / "out")
-    assert len(new("Éowyn", add_special_tokens=False)["input_ids"]) == 1, type(new).__name__
+    assert TokenizerEditor(src).forced_class() == "Qwen2Tokenizer"
+    words = NAMES + ["Frodo", "Gandalf"]
+    summary = _add(src, tmp_path / "out", *[a for w in words for a in ("-t", w)])
+    kept = {a["token"] for a in summary["added"]}
+    skipped = {s["token"]: s["reason"] for s in summary["skipped"]}
+    assert {"Frodo", "Gandalf"} <= kept and kept | set(skipped) == set(words)
+    assert all("Qwen2Tokenizer" in r and "ignore_merges" in r for r in skipped.values()), skipped
+    old, new = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(tmp_path / "out")
+    assert type(new).__name__ == "Qwen2Tokenizer"
+    for w in kept:
+        for text in (w, " " + w, f"I met {w}."):
+            ids = new(text, add_special_tokens=False)["input_ids"]
+            assert any(new.decode([i]).strip() == w for i in ids) and new.decode(ids) == text, (text, ids)
+    corpus = (FIXTURES / "corpus.txt").read_text(encoding="utf-8")
+    assert new(corpus)["input_ids"] == old(corpus)["input_ids"]

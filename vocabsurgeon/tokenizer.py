@@ -45,7 +45,7 @@ from .chats import chat_samples
 from .encoding import encode_batch, encode_ids, unpadded
 from .families import SUPPORTED_FAMILIES, SentencePieceBPE, Skip, detect_family, family_of
 from .families.sentencepiece_bpe import PIPELINE, as_meta_layout, as_transformers_builds
-from .filenames import CHAT_TEMPLATE_FILES, SLOW_TOKENIZER_FILES, TOKENIZER_CONFIG, TOKENIZER_FILE
+from .filenames import CHAT_TEMPLATE_FILES, CONFIG_NAME, SLOW_TOKENIZER_FILES, TOKENIZER_CONFIG, TOKENIZER_FILE
 from .writer import write_json
 
 logger = logging.getLogger(__name__)
@@ -474,7 +474,7 @@ class TokenizerEditor:
                     failures[w] = f"{case.text!r} would decode as {got!r}, but the original tokenizer gives {want!r}"
         loader = self._as_transformers_loads(plan)
         if loader is not None:  # the class rebuilds the tokenizer: it must tokenize as the file does
-            cls = self.edited_config(plan).get("tokenizer_class")
+            cls = self._edited_class
             # only where the original, loaded the same way, agrees with its own file on that text
             base = self._original_as_loaded()
             self.prefetch(texts)
@@ -499,6 +499,29 @@ class TokenizerEditor:
         """How many pieces the original gives a lone leading space before a word: 0 where " a" is
         one piece ("Ġa"), 1 where the space is a piece of its own (Llama 2's normalizer: "▁" + "▁a")."""
         return contexts.space_lead(self.encode)
+
+    def forced_class(self) -> str | None:
+        """The tokenizer class transformers loads this checkpoint with whatever tokenizer_class says, or None.
+
+        transformers 5 lists model types whose Hub tokenizer_config.json names a wrong class
+        (tokenization_auto.MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS: qwen2, phi3, internlm2, ...) and loads
+        them with the class it registers for the type (Qwen2Tokenizer), which builds its own BPE model
+        from vocab and merges: tokenizer.json's model options (ignore_merges) are lost. Read from
+        config.json's model_type; None without one, or with a transformers that has no such list (the
+        in-memory load of the plan still checks what loads)."""
+        if not hasattr(self, "_forced_class"):
+            self._forced_class = None
+            cfg = self.dir / CONFIG_NAME
+            model_type = (read_json(cfg) if cfg.exists() else {}).get("model_type")
+            try:
+                from transformers.models.auto import tokenization_auto as auto
+            except Exception:  # noqa: BLE001 - no transformers list: nothing is known to be forced
+                return None
+            if model_type in getattr(auto, "MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS", ()):
+                name = (getattr(auto, "TOKENIZER_MAPPING_NAMES", {}).get(model_type) or "").removesuffix("Fast")
+                if name and name not in FILE_AS_WRITTEN_CLASSES | {"PythonBackend"}:
+                    self._forced_class = name
+        return self._forced_class
 
     def _original_as_loaded(self) -> Tokenizer | None:
         """The original tokenizer as transformers builds it on load (cached), or None if it cannot;
@@ -526,11 +549,12 @@ class TokenizerEditor:
 
     def _as_transformers_loads(self, plan: TokenizerPlan) -> Tokenizer | None:
         """The edited tokenizer as transformers builds it on load, where the written tokenizer_class
-        rebuilds it from vocab, merges and scores (GPT2Tokenizer, LlamaTokenizer, BertTokenizer, ...);
-        None where the class loads tokenizer.json as written, or no class is named."""
+        rebuilds it from vocab, merges and scores (GPT2Tokenizer, LlamaTokenizer, BertTokenizer, ...) or
+        transformers forces such a class on the model type (`forced_class`); None where the class loads
+        tokenizer.json as written, or no class is named. `_edited_class` is then the class that loaded."""
         cfg = self.edited_config(plan)
         cls = (cfg or {}).get("tokenizer_class")
-        if cls is None or cls in FILE_AS_WRITTEN_CLASSES or self.converted_from:
+        if self.converted_from or (self.forced_class() is None and (cls is None or cls in FILE_AS_WRITTEN_CLASSES)):
             return None
         import shutil
         import tempfile
@@ -551,6 +575,7 @@ class TokenizerEditor:
                                "was checked", type(e).__name__, e)
                 return None
         backend = getattr(tok, "backend_tokenizer", None)
+        self._edited_class = type(tok).__name__
         return unpadded(Tokenizer.from_str(backend.to_str())) if backend is not None else None
 
     def _decoded(self, texts: list[str]) -> list[str]:

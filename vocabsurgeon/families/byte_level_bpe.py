@@ -19,7 +19,8 @@ _BYTE_ALPHABET = set(pre_tokenizers.ByteLevel.alphabet())
 # split Isolated: GPT-2's pre-tokens.
 GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 UNSAFE_FORM = ("its bare form, as an added token, would decode garbled (ByteLevel), and cannot be a vocabulary "
-               "entry: ignore_merges would change how this tokenizer splits existing text")
+               "entry: {}")
+CHANGES_TEXT = "ignore_merges would change how this tokenizer splits existing text"
 
 
 def split_pattern(pre) -> str | None:
@@ -202,6 +203,19 @@ class ByteLevelBPE(Family):
             self._redundant = bool(self.ed.model.get("ignore_merges")) or self._all_rebuilt()
         return self._redundant
 
+    def entries_allowed(self) -> bool:
+        """True when new vocabulary entries (which rely on ignore_merges) are safe and survive loading:
+        the merges are redundant, and transformers does not rebuild the model on load without the option
+        (`TokenizerEditor.forced_class`: Qwen2Tokenizer for a qwen2 checkpoint keeps merges, not ignore_merges)."""
+        return self.merges_are_redundant() and self.ed.forced_class() is None
+
+    def no_entries_reason(self) -> str:
+        """Why new vocabulary entries are not allowed here (see entries_allowed)."""
+        if self.merges_are_redundant() and self.ed.forced_class():
+            return (f"transformers loads this model type with {self.ed.forced_class()}, which rebuilds the BPE model "
+                    "from vocab and merges without ignore_merges")
+        return CHANGES_TEXT
+
     def _all_rebuilt(self) -> bool:
         """Whether the merges rebuild, as itself, every vocabulary entry that can be a whole
         pre-token (WholePreTokens): ignore_merges changes nothing for the others, e.g. the
@@ -257,7 +271,7 @@ class ByteLevelBPE(Family):
         """Why `form` cannot be a vocabulary entry (one with ignore_merges)."""
         if not self.whole(form):
             return f"the pre-tokenizer splits {form!r}"
-        return "ignore_merges would change how this tokenizer splits existing text"
+        return self.no_entries_reason()
 
     # --- the hooks of the plan loop
 
@@ -277,7 +291,7 @@ class ByteLevelBPE(Family):
             # never inside " return" (already one token), only where the text has the form
             # ("returned" -> "return" + "ed"), and loaders that rebuild the tokenizer from vocab +
             # merges keep it. A word whose garbled bare form can be neither is skipped (admit).
-            if whole and self.merges_are_redundant():
+            if whole and self.entries_allowed():
                 out.append(Entry(form, byte_level(form), "vocab"))
             elif whole and self.merge_pair(form):
                 out.append(Entry(form, byte_level(form), "merge"))
@@ -295,9 +309,10 @@ class ByteLevelBPE(Family):
         if entry.mechanism == "added" and entry.form == w and self.splits_word_start(w):
             self.blocked[w] = self.why_not_entry(w)
             return False
-        if entry.mechanism == "vocab" and not self.merges_are_redundant():
+        if entry.mechanism == "vocab" and not self.entries_allowed():
             self.unsafe.append(w)  # a garbled bare form: neither an added token nor an entry is safe
-            raise Skip(UNSAFE_FORM)  # the word is skipped whole (its word-start form alone would not be one word)
+            # the word is skipped whole (its word-start form alone would not be one word)
+            raise Skip(UNSAFE_FORM.format(self.no_entries_reason()))
         return True
 
     def skip_reason(self, w: str) -> str | None:
@@ -316,7 +331,8 @@ class ByteLevelBPE(Family):
             notes.append(note)
             logger.warning("%s", note)
         if self.unsafe:
-            note = f"{len(self.unsafe)} token(s) skipped (e.g. {self.unsafe[0]!r}): {UNSAFE_FORM}"
+            note = (f"{len(self.unsafe)} token(s) skipped (e.g. {self.unsafe[0]!r}): "
+                    f"{UNSAFE_FORM.format(self.no_entries_reason())}")
             notes.append(note)
             logger.warning("%s", note)
         note = splitting_note(self.ed, new, self.risks, self.why_not_entry)
