@@ -20,12 +20,25 @@ encoder cannot write its own contexts).
 
 Text without new words is unchanged by construction: only the new rows are written.
 
-Masked-LM heads: BERT's decoder is tied to the input embedding (and `--untie` refuses BERT), so the
-one row is fitted as an input row, and the new token's MLM logit is what that row gives. The convex
-output fit of the causal path is not run on masked positions. The row's bias entry is free: it
-starts at the mean bias and is lowered by the smallest shift that keeps the masked-LM KL(p_old ||
-p_new) on unmasked held-out packaged text within the limits (`bias_shrink`), so the bound holds by
-construction there. An untied output matrix gets its sub-word mean.
+Masked-LM heads (BertForMaskedLM: logits = t . E^T + bias, t the head's transform of the last hidden
+state). The new rows and bias entries are fitted on masked positions (`fit_head_rows`): each
+occurrence of a new word in the contexts becomes one [MASK] in the new tokenization (the other new
+tokens read as the distilled input rows), the frozen model gives t and the old log-partition log Z
+there, and the ideal is the old distribution with a mass q moved onto the new token j (q = 1 with a
+corpus, the corpus is right; without one, q = p_old(word), the product of its pieces' probabilities,
+all masked and read left to right in the old tokenization). With s = t . W^T + b the new logits,
+
+    CE(ideal || p_new) = log(1 + sum_j exp(s_j - log Z)) - q s_j* + const,
+
+convex in (W, b); old text (unmasked packaged text, its even paragraphs) adds positions with q = 0,
+weighted `old_text_weight`, and an L2 pulls W toward its start (in logit units, as the causal output
+fit) and b toward the mean bias. The decoder of BERT is tied to the input embedding (`--untie`
+refuses BERT), so, as the causal fit does for tied rows, the one row is fitted for the output from
+and toward the input row (here the distilled one), at the weight MLM_L2_TIED; an untied decoder is
+fitted from and toward its `output_start` prior. Last, the new bias entries are lowered by the smallest
+shift that keeps the masked-LM KL(p_old || p_new) on unmasked held-out packaged text (its odd
+paragraphs) within the limits (`bias_shrink`), so the bound holds by construction there, whatever
+the fit did.
 """
 
 from __future__ import annotations
@@ -520,15 +533,15 @@ def _kl(lse_minus_logz: np.ndarray, shift: float) -> np.ndarray:
     return np.log1p(np.exp(lse_minus_logz - shift))
 
 
-def bias_shrink(logits: np.ndarray, logz: np.ndarray, bias: float, limit_mean: float, limit_p99: float,
+def bias_shrink(logits: np.ndarray, logz: np.ndarray, bias, limit_mean: float, limit_p99: float,
                 iters: int = 40) -> tuple[float, np.ndarray, np.ndarray]:
     """The smallest shift d >= 0 such that the new biases `bias - d` keep the old-text KL's mean under
     `limit_mean` and its p99 under `limit_p99`; returns (d, KL per position before, after).
 
-    The masked-LM decoder of BERT is tied to the input embedding, so its new rows are the fitted
-    input rows; their bias entries are free. Lowering them only removes mass from the new tokens, so
-    the KL falls monotonically to 0 as d grows: the limits are met by construction, found by
-    bisection (to 1e-3 nats of shift). A shift of 0 means the mean bias already met them.
+    `bias` is the new tokens' bias entries as fitted (a number or one per token, `logits`' columns).
+    Lowering them only removes mass from the new tokens, so the KL falls monotonically to 0 as d
+    grows: the limits are met by construction, found by bisection (to 1e-3 nats of shift). A shift
+    of 0 means the fitted biases already met them.
 
         >>> d, before, after = bias_shrink(np.array([[5.0], [0.0]]), np.array([0.0, 0.0]), 0.0, 0.01, 0.05)
         >>> bool(d > 0 and after.mean() <= 0.01 < before.mean())
