@@ -463,3 +463,25 @@ def test_fit_head_rows_is_the_convex_optimum_and_raises_the_word_at_its_masked_p
            + 0.05 * scale * (Wg ** 2).sum() + 0.05 * (bg ** 2).sum())
     obj.backward()
     assert float(Wg.grad.abs().max()) < 1e-4 and float(bg.grad.abs().max()) < 1e-4
+
+
+def test_an_untied_masked_lm_decoder_is_fitted_apart_from_the_distilled_input_rows(mlm_model, tmp_path):
+    from builders import save_checkpoint
+    from transformers import AutoModelForMaskedLM, AutoTokenizer, BertForMaskedLM
+
+    tied = AutoModelForMaskedLM.from_pretrained(mlm_model)
+    cfg = tied.config
+    cfg.tie_word_embeddings = False
+    untied = BertForMaskedLM(cfg)
+    untied.load_state_dict(tied.state_dict(), strict=False)
+    untied.cls.predictions.decoder.weight.data = tied.get_input_embeddings().weight.detach().clone()
+    src = save_checkpoint(untied.eval(), AutoTokenizer.from_pretrained(mlm_model), tmp_path / "untied")
+    r = add_tokens(src, tmp_path / "out", ["Frodo", "Gandalf"], init="fitted", fit_steps=5).to_dict()["fitted"]
+    head = r["mlm_head"]
+    assert r["roles"] == ["input", "output"] and head["fitted"] is True and "subword-mean" in head["rows"]
+    kl = head["old_text_kl"]
+    assert kl["mean"] <= kl["limit_mean"] and kl["p99"] <= kl["limit_p99"]
+    new = AutoModelForMaskedLM.from_pretrained(tmp_path / "out")
+    n = tied.get_input_embeddings().weight.shape[0]
+    dec, emb = new.get_output_embeddings().weight[n:], new.get_input_embeddings().weight[n:]
+    assert dec.shape == emb.shape and not torch.equal(dec, emb)  # two rows, each fitted for its role
