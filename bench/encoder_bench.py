@@ -3,6 +3,7 @@
     python bench/encoder_bench.py                                # every run, table on stdout (a few minutes)
     python bench/encoder_bench.py --runs mean fitted
     python bench/encoder_bench.py --results bench/RESULTS.md --json bench/work/encoder_bench.json
+    python bench/encoder_bench.py --mlm --results bench/RESULTS.md --json bench/work/encoder_bench_mlm.json
 
 The model is the real sentence-transformers checkpoint all-MiniLM-L6-v2 (BertModel body, 6 layers,
 hidden 384, uncased WordPiece; mean pooling and Normalize), from the pinned PyPI wheel
@@ -13,6 +14,15 @@ SentenceTransformer embeds held-out sentences that use the new words: the origin
 original tokenization against the new model on the new tokenization; the figure is their cosine
 (1 = the new tokens change nothing). Sentences without new words must embed bit-identically
 (checked on every run). `uptime` is recorded with every run: the machine is shared.
+
+`--mlm`: the masked-LM head. No real BERT-style masked-LM checkpoint with its weights is known on
+PyPI or npm, so the bench builds one: all-MiniLM-L6-v2's body (frozen, as published) under a
+BertForMaskedLM head whose decoder is tied to the real embeddings; the head's transform and bias
+are trained here by masked-LM on the fit corpus (MLM_PATTERNS masking patterns, MLM_EPOCHS epochs
+over the cached body states). Figures per init, on the held-out sentences with new words: each new
+token masked in turn, the new model's probability and rank of it there (does the head predict the
+word where it belongs); the old-text KL on the packaged corpus's odd paragraphs (unmasked, as
+validation reads them) against the bound; the cosine of the mean-pooled hidden states to the original.
 """
 
 from __future__ import annotations
@@ -109,7 +119,226 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+MLM_BEGIN, MLM_END = "<!-- fitted-mlm:begin -->", "<!-- fitted-mlm:end -->"
+MLM_RUNS = {
+    "mean": {"init": "mean"},
+    "subword-mean": {"init": "subword-mean"},
+    "fitted": {"init": "fitted", "fit_corpus": "fit"},
+    "fitted, l2 0.03": {"init": "fitted", "fit_corpus": "fit", "fit_l2": 0.03},
+    "fitted, l2 0.3": {"init": "fitted", "fit_corpus": "fit", "fit_l2": 0.3},
+    "fitted, templates (no corpus)": {"init": "fitted"},
+}
+MLM_PATTERNS = 8  # masking patterns of the fit corpus the head is trained on
+MLM_EPOCHS = 20
+
+
+def build_mlm(src: Path, fit: Path, work: Path) -> Path:
+    """all-MiniLM-L6-v2's body under a BertForMaskedLM head trained here (see the module docstring); cached in work/."""
+    import torch
+    from transformers import AutoTokenizer, BertForMaskedLM, BertModel
+
+    out = work / f"minilm-mlm-{MLM_PATTERNS}x{MLM_EPOCHS}"
+    if (out / "config.json").is_file():
+        return out
+    tok = AutoTokenizer.from_pretrained(src)
+    body = BertModel.from_pretrained(src)
+    cfg = body.config
+    cfg.tie_word_embeddings = True
+    torch.manual_seed(0)
+    model = BertForMaskedLM(cfg)
+    model.bert.load_state_dict(body.state_dict(), strict=False)  # no pooler under a masked-LM head
+    model.tie_weights()
+    model.eval().requires_grad_(False)
+    ids = tok(fit.read_text(encoding="utf-8"), add_special_tokens=False)["input_ids"]
+    windows = [[tok.cls_token_id] + ids[s:s + 126] + [tok.sep_token_id] for s in range(0, len(ids), 126)]
+    g = torch.Generator().manual_seed(0)
+    hs, labels = [], []
+    t0 = time.perf_counter()
+    for _ in range(MLM_PATTERNS):
+        for w in windows:
+            x = torch.tensor([w])
+            pick = torch.rand(x.shape, generator=g) < 0.15
+            pick[0, 0] = pick[0, -1] = False
+            r = torch.rand(x.shape, generator=g)
+            inp = x.clone()
+            inp[pick & (r < 0.8)] = tok.mask_token_id
+            rnd = pick & (r >= 0.8) & (r < 0.9)
+            inp[rnd] = torch.randint(1000, len(tok), (int(rnd.sum()),), generator=g)
+            with torch.no_grad():
+                h = model.bert(input_ids=inp).last_hidden_state[0]
+            hs.append(h[pick[0]])
+            labels.append(x[0][pick[0]])
+    h, y = torch.cat(hs), torch.cat(labels)
+    head = model.cls.predictions
+    params = [*head.transform.parameters(), head.bias]
+    for q in params:
+        q.requires_grad_(True)
+    opt = torch.optim.Adam(params, lr=1e-3)
+    E = model.bert.embeddings.word_embeddings.weight
+    for epoch in range(MLM_EPOCHS):
+        order = torch.randperm(len(y), generator=g)
+        total = 0.0
+        for s in range(0, len(y), 256):
+            b = order[s:s + 256]
+            loss = torch.nn.functional.cross_entropy(head.transform(h[b]) @ E.T + head.bias, y[b])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += float(loss) * len(b)
+        print(json.dumps({"mlm_head_epoch": epoch, "loss": round(total / len(y), 4),
+                          "seconds": round(time.perf_counter() - t0, 1)}), file=sys.stderr, flush=True)
+    model.requires_grad_(False)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    (out / "bench_build.json").write_text(json.dumps({"masked_positions": len(y), "final_loss": total / len(y),
+                                                      "seconds": round(time.perf_counter() - t0, 1)}))
+    return out
+
+
+def masked_new_token(out: Path, sentences: list[str], n_old: int):
+    """(probability, rank) of the new token at each of its positions in `sentences` (new tokenization), that position masked."""
+    import numpy as np
+    import torch
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(out)
+    model = AutoModelForMaskedLM.from_pretrained(out).eval()
+    ps, ranks = [], []
+    for s in sentences:
+        ids = tok(s, return_tensors="pt", truncation=True, max_length=256).input_ids[0]
+        for pos in (ids >= n_old).nonzero()[:, 0].tolist():
+            x = ids.clone()
+            want, x[pos] = int(x[pos]), tok.mask_token_id
+            with torch.no_grad():
+                z = model(input_ids=x[None]).logits[0, pos].double()
+            ps.append(float(z.softmax(-1)[want]))
+            ranks.append(int((z > z[want]).sum()))
+    return np.array(ps), np.array(ranks)
+
+
+def old_text_kl(src: Path, out: Path, max_tokens: int = 2048, masked: bool = False):
+    """KL(p_old || p_new) at every position of the packaged corpus's odd paragraphs (unmasked, old
+    tokenization); `masked`: at 15% of their tokens (seeded), masked at once."""
+    import numpy as np
+    import torch
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from vocabsurgeon.runtime import read_corpus
+
+    tok = AutoTokenizer.from_pretrained(src)
+    a, b = (AutoModelForMaskedLM.from_pretrained(p).eval() for p in (src, out))
+    text, _ = read_corpus(None)
+    kls, used = [], 0
+    for i, para in enumerate(p for p in text.split("\n\n") if p.strip()):
+        if i % 2 == 0 or used >= max_tokens:
+            continue
+        x = tok(para, return_tensors="pt", truncation=True, max_length=128).input_ids
+        used += x.shape[1]
+        at = torch.arange(x.shape[1])
+        if masked:
+            rng = np.random.default_rng([0, i])
+            at = torch.tensor(sorted(1 + rng.permutation(x.shape[1] - 2)[:max(1, round(0.15 * (x.shape[1] - 2)))]))
+            x[0, at] = tok.mask_token_id
+        with torch.no_grad():
+            za, zb = a(input_ids=x).logits[0, at].double(), b(input_ids=x).logits[0, at].double()
+        lpa, lpb = za.log_softmax(-1), zb.log_softmax(-1)[:, :za.shape[-1]]
+        kls.append((lpa.exp() * (lpa - lpb)).sum(-1).numpy())
+    kl = np.concatenate(kls)
+    return {"mean": float(kl.mean()), "p99": float(np.quantile(kl, 0.99)), "max": float(kl.max())}
+
+
+def body_cosines(src: Path, out: Path, sentences: list[str]):
+    """Cosine of the mean-pooled last hidden states: the original on the original tokenization, the new on the new."""
+    import numpy as np
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    got = []
+    for path in (src, out):
+        tok, body = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+        with torch.no_grad():
+            got.append(np.stack([body(**tok(s, return_tensors="pt", truncation=True, max_length=256))
+                                 .last_hidden_state[0].mean(0).numpy() for s in sentences]))
+    a, b = got
+    return (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
+
+
+def measure_mlm(label: str, options: dict, src: Path, words: list[str], fit: Path, test: list[str], n_old: int,
+                work: Path) -> dict:
+    import numpy as np
+
+    from vocabsurgeon.init import kl_bound
+
+    options = {k: (str(fit) if v == "fit" else v) for k, v in options.items()}
+    out = work / ("out-mlm-" + re.sub(r"[^a-z0-9]", "", label))
+    subprocess.run(["rm", "-rf", str(out)], check=True)
+    before = bench.uptime()
+    t = time.perf_counter()
+    result = add_tokens(src, out, words, device="cpu", **options)
+    seconds = time.perf_counter() - t
+    p, rank = masked_new_token(out, test, n_old)
+    kl = old_text_kl(src, out)
+    kl_masked = old_text_kl(src, out, masked=True)
+    cos = body_cosines(src, out, test)
+    fitted = result.to_dict().get("fitted") or {}
+    from transformers import AutoTokenizer
+
+    k = len(AutoTokenizer.from_pretrained(out)) - n_old
+    subprocess.run(["rm", "-rf", str(out)], check=True)
+    return {"init": label, "options": options, "masked_positions": int(len(p)), "p_mean": float(p.mean()),
+            "logp_mean": float(np.log(np.maximum(p, 1e-300)).mean()), "rank_median": float(np.median(rank)),
+            "top1": float((rank == 0).mean()), "top10": float((rank < 10).mean()), "old_text_kl": kl,
+            "old_text_kl_masked": kl_masked,
+            "bound": kl_bound(k, n_old), "cos_mean": float(cos.mean()), "cos_min": float(cos.min()),
+            "add_seconds": round(seconds, 1), "fitted": fitted, "uptime_before": before,
+            "uptime_after": bench.uptime()}
+
+
+def mlm_table(rows: list[dict]) -> str:
+    lines = ["| init | new token at its masked position: mean p / mean log p / median rank / top-1 / top-10 | "
+             "old-text KL mean / p99 / max (bound) | masked old-text KL mean / p99 | "
+             "hidden-state cosine mean / min | add s | load average (1 min) |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        kl, mk = r["old_text_kl"], r["old_text_kl_masked"]
+        lines.append(f"| {r['init']} | {r['p_mean']:.4f} / {r['logp_mean']:.2f} / {r['rank_median']:.0f} / "
+                     f"{r['top1']:.3f} / {r['top10']:.3f} | {kl['mean']:.4f} / {kl['p99']:.4f} / {kl['max']:.4f} "
+                     f"({r['bound']:.4f}) | {mk['mean']:.4f} / {mk['p99']:.4f} | "
+                     f"{r['cos_mean']:.4f} / {r['cos_min']:.4f} | {r['add_seconds']:.1f} | "
+                     f"{bench.load_average(r['uptime_before'])} |")
+    return "\n".join(lines)
+
+
+def main_mlm(args) -> int:
+    from transformers import AutoTokenizer
+
+    minilm = fetch("minilm")
+    fit, held, tokens = domain.build(args.work, minilm, args.words)
+    words = read_tokens_file(tokens)
+    src = build_mlm(minilm, fit, args.work)
+    test, _ = held_sentences(src, words, held)
+    n_old = len(AutoTokenizer.from_pretrained(src))
+    rows = []
+    for label in args.runs:
+        rows.append(measure_mlm(label, MLM_RUNS[label], src, words, fit, test, n_old, args.work))
+        print(json.dumps({k: v for k, v in rows[-1].items() if k != "fitted"}), file=sys.stderr, flush=True)
+    built = json.loads((src / "bench_build.json").read_text())
+    head = (f"all-MiniLM-L6-v2's body (PyPI {MODEL.package} {MODEL.version}) under a BertForMaskedLM head trained in "
+            f"the bench on the fit corpus (transform and bias; decoder tied to the real embeddings; "
+            f"{built['masked_positions']:,} masked positions x {MLM_EPOCHS} epochs, final loss "
+            f"{built['final_loss']:.2f}); {len(words)} words suggested on {domain.recipe()}; {len(test)} held-out "
+            f"sentences that use them; {bench.machine_line()}")
+    text = f"{head}\n\n{mlm_table(rows)}"
+    print(text)
+    bench.publish(text, rows, args.results, args.json, MLM_BEGIN, MLM_END)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--mlm" in argv:
+        argv.remove("--mlm")
+        return main_mlm(bench.runs_parser(__doc__, MLM_RUNS).parse_args(argv))
     ap = bench.runs_parser(__doc__, RUNS)
     args = ap.parse_args(argv)
     from sentence_transformers import SentenceTransformer

@@ -224,7 +224,10 @@ def _fitted_section(summary: dict) -> list[str]:
     pooled = (f.get("target") or {}).get("sentence_embedding")
     method = ("New input rows fitted by distillation (Adam) from forward passes of the frozen base encoder: its hidden "
               "states at the other positions" + (f" and its sentence embedding ({pooled} pooling)" if pooled else "")
-              + ", read on the original tokenization." if f.get("model") in ("encoder", "masked") else
+              + ", read on the original tokenization."
+              + (" The masked-LM head's rows and bias entries: a convex fit on the contexts with the word masked, "
+                 "then the bias lowered as needed to keep the old-text KL limits." if (f.get("mlm_head") or {}).get("fitted")
+                 else "") if f.get("model") in ("encoder", "masked") else
               "New rows fitted from forward passes of the frozen base model: output rows by a convex, "
               "KL-penalized fit (L-BFGS), input rows by distillation (Adam).")
     lines += ["### Fitted init", "", method, "",
@@ -255,12 +258,20 @@ def _fitted_section(summary: dict) -> list[str]:
     if hk.get("mean") is not None:
         before = hk.get("before_shift") or {}
         shift = head.get("bias_shift") or 0.0
-        lines += ["| masked-LM head | the tied rows; new bias entries: the mean bias"
+        fitted_head = bool(head.get("fitted"))
+        rows = (f"fitted on {head.get('masked_positions')} masked positions of the contexts (convex, L-BFGS, "
+                f"L2 {head.get('l2')}, target {head.get('target')})" if fitted_head else "the tied rows")
+        lines += [f"| masked-LM head | {rows}; new bias entries: the {'fitted' if fitted_head else 'mean'} bias"
                   + (f" lowered by {shift:.3g} to keep the limits (mean {hk['limit_mean']:.3g}, p99 "
                      f"{hk['limit_p99']:.3g} nats)" if shift else "") + " |",
                   f"| masked-LM old-text KL (held-out) | mean {hk['mean']:.3g}, p99 {hk['p99']:.3g}, max {hk['max']:.3g} nats"
                   + (f" (before the shift: mean {before['mean']:.3g})" if shift and before.get("mean") is not None else "")
                   + f"; bound log(1 + k/n) = {hk['bound']:.3g} |"]
+        nt = head.get("new_token") or {}
+        if (nt.get("written") or {}).get("p_mean") is not None:
+            lines.append(f"| new token at its masked position (fit contexts) | mean probability "
+                         f"{nt['start']['p_mean']:.3g} at the start, {nt['written']['p_mean']:.3g} as written; "
+                         f"most probable token at {nt['written']['top1']:.0%} of them |")
     lines += [f"| fitting time | {f.get('seconds')} s |", ""]
     return lines
 
