@@ -160,7 +160,8 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
     \b
     Init strategies (--init, --init-input, --init-output):
     {strategies}
-    New bias entries get the mean bias (fitted on a masked-LM head: lowered to keep the KL bound).
+    New bias entries get the mean bias (--init fitted on a masked-LM head: fitted with the rows on
+    masked positions, then lowered to keep the KL bound).
 
     \b
     Examples:

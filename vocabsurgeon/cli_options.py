@@ -222,7 +222,7 @@ def fit_options(fn):
                      help="--init fitted: L-BFGS iterations of the output-row fit."),
         click.option("--fit-kl-limit", type=click.FloatRange(min=0),
                      help="--init fitted: the held-out old-text KL mean (nats) the fitted output rows are shrunk "
-                          "toward the mean row to keep (a masked-LM head: its new bias entries are lowered). "
+                          "toward the mean row to keep (a masked-LM head: its fitted new bias entries are lowered). "
                           "Default: the mean-init bound log(1 + k/n)."),
     ]):
         fn = decorator(fn)
