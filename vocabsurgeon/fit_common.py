@@ -25,6 +25,7 @@ logger = logging.getLogger(__name__)
 # The held-out old-text KL's 99th percentile the fits keep (nats; at least the mean limit): the figure
 # the causal defaults were chosen to keep on the fixtures. The mean's limit is --fit-kl-limit, by
 # default the mean-init bound log(1 + k/n).
+OUTPUT_STARTS = ("mean", "subword-mean", "first-piece")  # priors of fitted output rows (output_prior)
 LENGTH_BUCKET = 8  # batches sorted by length together (length_batches)
 FIT_KL_P99 = 0.05
 
@@ -279,6 +280,19 @@ def length_batches(order: list[int], batch: int, lengths: list[int] | None, rng)
         run = sorted(order[s:s + span], key=lambda i: lengths[i])
         out += [run[t:t + batch] for t in range(0, len(run), batch)]
     return [out[i] for i in rng.permutation(len(out))]
+
+
+def output_prior(start: str, W, tokens: list[FitToken]):
+    """(k, hidden) float64 rows the output fit starts from and is pulled toward (one of OUTPUT_STARTS)."""
+    import torch
+
+    W64 = W.double().cpu()
+    mean = W64.mean(0)
+    if start == "mean" or not tokens:
+        return mean.expand(len(tokens), W64.shape[1]).clone()
+    if start == "first-piece":
+        return torch.stack([W64[t.pieces[0]] if t.pieces else mean for t in tokens])
+    return subword_mean(W64, tokens)
 
 
 def subword_mean(E, tokens: list[FitToken]):

@@ -51,11 +51,13 @@ from .fit_common import (  # noqa: F401  (FitResult, Run, find_runs: the fitting
     FitOptions,
     FitResult,
     FitToken,
+    OUTPUT_STARTS,
     Run,
     Window,
     adam_passes,
     find_runs,
     narrow_threads,
+    output_prior,
     pad_batch,
     read_fit_corpus,
     kl_figures,
@@ -72,7 +74,6 @@ logger = logging.getLogger(__name__)
 # text controls the KL at less cost in bits per byte than a stronger L2 does; this pair keeps KL mean
 # within log(1 + k/n) and p99 under 0.05 nats on held-out old text for both fixtures, tied and untied.
 DEFAULT_L2 = 0.3
-OUTPUT_STARTS = ("mean", "subword-mean", "first-piece")
 CAUSAL_PASSES = 3  # distillation passes over the windows, at most, unless FitOptions.passes says
 
 # Prompts of generated contexts; "{}" is the form (" Frodo" carries its space)
@@ -487,19 +488,6 @@ def fit_rows(src: str | Path, tokens: list[FitToken], roles: set[str], options: 
         m = _Model(lm, tok)
         with narrow_threads(m.device, m.E.shape[1]):
             return _fit_loaded(m, src, tok, tokens, roles, opts, say, t0)
-
-
-def output_prior(start: str, W, tokens: list[FitToken]):
-    """(k, hidden) float64 rows the output fit starts from and is pulled toward (see OUTPUT_STARTS)."""
-    import torch
-
-    W64 = W.double().cpu()
-    mean = W64.mean(0)
-    if start == "mean" or not tokens:
-        return mean.expand(len(tokens), W64.shape[1]).clone()
-    if start == "first-piece":
-        return torch.stack([W64[t.pieces[0]] if t.pieces else mean for t in tokens])
-    return subword_mean(W64, tokens)
 
 
 def shrink_to_limit(h, logz, W, M, b_new: float, limit_mean: float, limit_p99: float, iters: int = 30):

@@ -66,6 +66,7 @@ from .fit_common import (
     adam_passes,
     find_runs,
     narrow_threads,
+    output_prior,
     pad_batch,
     read_fit_corpus,
     subword_mean,
@@ -659,8 +660,6 @@ def _fit_mlm_head(enc: _Encoder, tok, out, windows: list[Window], tokens: list[F
     if shared:
         start = torch.as_tensor(result.input_rows, dtype=torch.float64)
     else:
-        from .fitted import output_prior
-
         start = output_prior(opts.output_start, out.weight.detach(), tokens)
     mean_bias = float(bias.double().mean())
     b0 = torch.full((len(tokens),), mean_bias, dtype=torch.float64)

@@ -58,7 +58,7 @@ class AddOptions:
     fit_steps: int | None = None  # Adam steps of the input distillation, at most (None: passes decide)
     fit_output_steps: int = 100  # L-BFGS iterations of the output fit
     fit_l2: float | None = None  # L2 prior weight of the output fit (None: the default for the start row)
-    fit_prior: str | None = None  # output rows' prior (fitted.OUTPUT_STARTS); None: the sub-word mean
+    fit_prior: str | None = None  # output rows' prior (fit_common.OUTPUT_STARTS); None: the sub-word mean
     fit_kl_limit: float | None = None  # held-out old-text KL mean the output rows are shrunk to; None: log(1 + k/n)
 
     def check(self) -> AddOptions:

@@ -554,7 +554,10 @@ class TokenizerEditor:
         tokenizer.json as written, or no class is named. `_edited_class` is then the class that loaded."""
         cfg = self.edited_config(plan)
         cls = (cfg or {}).get("tokenizer_class")
-        if self.converted_from or (self.forced_class() is None and (cls is None or cls in FILE_AS_WRITTEN_CLASSES)):
+        rebuilt = cls is not None and cls not in FILE_AS_WRITTEN_CLASSES
+        # a class forced on the model type matters where the entries rely on ignore_merges (it drops the option);
+        # asked only then: it imports transformers, which a plain add never does
+        if self.converted_from or not (rebuilt or (plan.set_ignore_merges and self.forced_class())):
             return None
         import shutil
         import tempfile
