@@ -391,7 +391,7 @@ def test_a_masked_lm_heads_new_bias_is_lowered_until_the_old_text_kl_meets_the_l
 
 
 def test_bias_shrink_meets_both_limits_and_is_zero_when_the_mean_bias_already_does():
-    from vocabsurgeon.fitted_encoder import bias_shrink
+    from vocabsurgeon.fitted_mlm import bias_shrink
 
     rng = np.random.default_rng(0)
     logits, logz = rng.normal(size=(200, 3)) * 3, rng.normal(size=200)
@@ -443,7 +443,7 @@ def test_a_fitted_masked_lm_head_puts_more_probability_on_the_new_token_where_it
 
 
 def test_fit_head_rows_is_the_convex_optimum_and_raises_the_word_at_its_masked_positions():
-    from vocabsurgeon.fitted_encoder import MaskedData, fit_head_rows, new_token_figures
+    from vocabsurgeon.fitted_mlm import MaskedData, fit_head_rows, new_token_figures
 
     rng = np.random.default_rng(0)
     j = torch.tensor([i % 2 for i in range(40)])

@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 # the causal defaults were chosen to keep on the fixtures. The mean's limit is --fit-kl-limit, by
 # default the mean-init bound log(1 + k/n).
 OUTPUT_STARTS = ("mean", "subword-mean", "first-piece")  # priors of fitted output rows (output_prior)
+ENCODER_WINDOW = 128  # tokens per encoder context at most (a sentence; capped by the model's positions)
 LENGTH_BUCKET = 8  # batches sorted by length together (length_batches)
 FIT_KL_P99 = 0.05
 

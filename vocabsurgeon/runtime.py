@@ -331,6 +331,17 @@ def encode(tok, text: str) -> list[int]:
     return list(tok(text, add_special_tokens=False, padding=False, truncation=False, verbose=False).input_ids)
 
 
+def special_ends(tok) -> tuple[list[int], list[int]]:
+    """The special ids the tokenizer puts before and after a text ([CLS], [SEP] on BERT)."""
+    body = encode(tok, "a")
+    full = list(tok("a", add_special_tokens=True, truncation=False).input_ids)
+    for i in range(len(full) - len(body) + 1):
+        if full[i:i + len(body)] == body:
+            return full[:i], full[i + len(body):]
+    return [], []
+
+
+
 def corpus_windows(ids: list[int], prefix: list[int], length: int, max_tokens: int | None = None) -> list[list[int]]:
     """Split corpus ids into sequences of at most `length` tokens, each starting with `prefix`,
     covering at most `max_tokens` corpus tokens (all of them when None)."""

@@ -71,7 +71,7 @@ def _new_rows(plan: Plan, name: str, device, gen_seed: int, notes: dict, fitted:
     if len(info.shape) == 1 and fitted is None:  # a bias: the mean bias keeps the KL bound
         stats = accumulate_stats(ckpt.stream_rows(name), cov=False, name=name)
         return NewRows.constant(stats.mean, k)
-    # A bias with fitted entries: a masked-LM head's, lowered to keep the KL bound (fitted_encoder.bias_shrink)
+    # A bias with fitted entries: a masked-LM head's, lowered to keep the KL bound (fitted_mlm.bias_shrink)
     strategy = get_strategy("fitted" if len(info.shape) == 1 else plan.strategy_for(name))
     stats = accumulate_stats(
         ckpt.stream_rows(name), cov=strategy.needs_cov, device=device, name=name, strict=strategy.averages,
