@@ -19,13 +19,9 @@ from __future__ import annotations
 import inspect
 import logging
 
+from .runtime import cache_argument, returned_cache
+
 logger = logging.getLogger(__name__)
-
-
-def _cache_argument(model) -> str:
-    """The keyword the model's forward takes its cache by (transformers 5: `cache`, 4: `past_key_values`)."""
-    params = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
 
 
 def _layers(cache) -> list[tuple]:
@@ -52,7 +48,7 @@ class PrefixCache:
         import torch
 
         self.base = base_model
-        self.arg = _cache_argument(base_model)
+        self.arg = cache_argument(base_model)
         self.lengths = {i: len(p) for i, p in prefixes.items()}
         self.kv: dict[int, list[tuple]] = {}
         todo = [i for i, p in prefixes.items() if p]
@@ -66,7 +62,7 @@ class PrefixCache:
                 mask[b, :self.lengths[i]] = 1
             with torch.no_grad():
                 out = base_model(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=True)
-            layers = _layers(getattr(out, "cache", None) or out.past_key_values)
+            layers = _layers(returned_cache(out))
             for b, i in enumerate(part):
                 p = self.lengths[i]
                 self.kv[i] = [(k[b, :, :p].clone(), v[b, :, :p].clone()) for k, v in layers]

@@ -248,10 +248,11 @@ class LoadedModel:
                         break
                 return out
             past, x, seen = None, torch.tensor([prompt], device=self.device), len(prompt)
+            arg = cache_argument(self.model)
             for _ in range(steps):
                 mask = torch.ones((1, seen), dtype=torch.long, device=self.device)
-                r = self.model(input_ids=x, attention_mask=mask, past_key_values=past, use_cache=True)
-                past = r.past_key_values
+                r = self.model(input_ids=x, attention_mask=mask, use_cache=True, **{arg: past})
+                past = returned_cache(r)
                 nxt = pick(r.logits[0, -1])
                 out.append(nxt)
                 if nxt in stop:
@@ -259,6 +260,20 @@ class LoadedModel:
                 x = torch.tensor([[nxt]], device=self.device)
                 seen += 1
         return out
+
+
+def cache_argument(model) -> str:
+    """The keyword a model's forward takes its key/value cache by: `cache` in transformers 5 (where
+    `past_key_values` is deprecated, with a warning on every call), `past_key_values` before."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def returned_cache(output):
+    """The key/value cache a model's forward returned, under either name (see cache_argument)."""
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else output.past_key_values
 
 
 @contextlib.contextmanager
