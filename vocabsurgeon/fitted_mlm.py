@@ -142,6 +142,21 @@ class MaskedData:
     q: object  # (Q,) float64: the mass the ideal moves onto it
 
 
+def _head_pass(enc, io: _DecoderIO, seqs: list[list[int]], R):
+    """(decoder input t, logits) at every position of `seqs` (new ids, right-padded into one batch), the new
+    tokens read as the rows R: the frozen model's pass, with `io` capturing the decoder's input and output."""
+    import torch
+
+    ids, mask = pad_batch(seqs, enc.pad, enc.device)
+    emb = enc.E[ids.clamp(max=enc.n - 1)]
+    new = (ids >= enc.n).nonzero(as_tuple=True)
+    if new[0].numel():
+        emb = emb.index_put(new, R[ids[new] - enc.n])
+    with torch.no_grad():
+        enc.model(inputs_embeds=emb, attention_mask=mask)
+    return io.last()
+
+
 def masked_contexts(enc, windows: list[Window], rows, mask_id: int, batch: int):
     """(t, log Z, the largest old logit, token index) at each occurrence of a new token in `windows`, read with the word as
     one [MASK] in the new tokenization (the other new tokens read as `rows`, the fitted input rows)."""
@@ -163,14 +178,7 @@ def masked_contexts(enc, windows: list[Window], rows, mask_id: int, batch: int):
     with io:
         for s in range(0, len(seqs), batch):
             part = seqs[s:s + batch]
-            ids, mask = pad_batch(part, enc.pad, enc.device)
-            emb = enc.E[ids.clamp(max=enc.n - 1)]
-            new = (ids >= enc.n).nonzero(as_tuple=True)
-            if new[0].numel():
-                emb = emb.index_put(new, R[ids[new] - enc.n])
-            with torch.no_grad():
-                enc.model(inputs_embeds=emb, attention_mask=mask)
-            g, z = io.last()
+            g, z = _head_pass(enc, io, part, R)
             at = torch.tensor(where[s:s + batch], device=g.device)
             rows_at = torch.arange(len(part), device=g.device)
             ts.append(g[rows_at, at].double().cpu())
@@ -202,14 +210,7 @@ def context_negatives(enc, windows: list[Window], rows, mask_id: int, special: s
     ts, zs = [], []
     with io:
         for s in range(0, len(seqs), batch):
-            ids, mask = pad_batch(seqs[s:s + batch], enc.pad, enc.device)
-            emb = enc.E[ids.clamp(max=enc.n - 1)]
-            new = (ids >= enc.n).nonzero(as_tuple=True)
-            if new[0].numel():
-                emb = emb.index_put(new, R[ids[new] - enc.n])
-            with torch.no_grad():
-                enc.model(inputs_embeds=emb, attention_mask=mask)
-            g, z = io.last()
+            g, z = _head_pass(enc, io, seqs[s:s + batch], R)
             for b, at in enumerate(picks[s:s + batch]):
                 ts.append(g[b, at].double().cpu())
                 zs.append(z[b, at].double().cpu().logsumexp(-1))
