@@ -29,3 +29,17 @@ def gpt2_ckpt(_built, tmp_path) -> Path:
 def llama_ckpt(_built, tmp_path) -> Path:
     """A fresh copy of a tiny untied bf16 Llama in 3+ shards."""
     return Path(shutil.copytree(_built["llama"], tmp_path / "llama"))
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread for a module of fits on the 64-wide fixtures: threads only add OpenMP spin-waits,
+    which cost validation 40x on a busy machine (measured: 29 s on 2 threads, 0.7 s on 1). Modules use it
+    with `pytestmark = pytest.mark.usefixtures("one_thread")`."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+

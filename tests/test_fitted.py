@@ -37,14 +37,7 @@ WORDS = read_tokens_file(FIXTURES / "lotr.txt")
 FAST = {"fit_steps": 40, "fit_output_steps": 60, "fit_contexts": 8}  # a few steps are enough on the tiny models
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """The fixtures are 64 wide: threads only add OpenMP spin-waits, which cost validation 40x on a
-    busy machine (measured: 29 s on 2 threads, 0.7 s on 1)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

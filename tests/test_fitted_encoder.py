@@ -30,12 +30,7 @@ FAST = {"fit_steps": 60, "fit_contexts": 8}
 OLD = ["The wizard came back to the shire at night.", "A quick brown fox jumps over the lazy dog."]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _sentences(text: str) -> list[str]:
@@ -134,26 +129,6 @@ def trained_mlm(split, tmp_path_factory) -> Path:
     fit, _ = split
     texts = [p for f in (fit, FIXTURES / "corpus.txt") for p in f.read_text(encoding="utf-8").split("\n\n") if p.strip()]
     return train_mlm(tmp_path_factory.mktemp("trained-mlm") / "mlm", texts)
-
-
-def masked_new_token(out: Path, sentences: list[str], n_old: int) -> tuple[np.ndarray, np.ndarray]:
-    """(probability, rank) of the new token at each of its positions in `sentences` (new tokenization),
-    that position masked, under the masked-LM at `out`: does the head predict the word where it belongs."""
-    from transformers import AutoModelForMaskedLM, AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(out)
-    model = AutoModelForMaskedLM.from_pretrained(out).eval()
-    ps, ranks = [], []
-    for s in sentences:
-        ids = tok(s, return_tensors="pt").input_ids[0]
-        for pos in (ids >= n_old).nonzero()[:, 0].tolist():
-            x = ids.clone()
-            want, x[pos] = int(x[pos]), tok.mask_token_id
-            with torch.no_grad():
-                z = model(input_ids=x[None]).logits[0, pos].double()
-            ps.append(float(z.softmax(-1)[want]))
-            ranks.append(int((z > z[want]).sum()))
-    return np.array(ps), np.array(ranks)
 
 
 def _body_cosines(src: Path, out: Path, sentences: list[str]) -> np.ndarray:
@@ -415,7 +390,12 @@ def test_a_fitted_masked_lm_head_puts_more_probability_on_the_new_token_where_it
     a context calls for (its p_old of a word's first piece, the word masked, is under 1%), so no init
     can predict the words on unseen sentences with it; the held-out figures are bench/encoder_bench.py
     --mlm's, on all-MiniLM-L6-v2's body."""
+    import sys
+
     from transformers import AutoTokenizer
+
+    sys.path.insert(0, str(FIXTURES.parent / "bench"))
+    from encoder_bench import masked_new_token  # what the bench measures on the real body
 
     fit, held = split
     words = {w.lower() for w in WORDS}

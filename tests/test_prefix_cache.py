@@ -19,12 +19,7 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 FORMS = (" Frodo", " Gandalf", " Samwise", " Mordor")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module", params=["gpt2-tiny", "llama-tiny"])
