@@ -84,18 +84,24 @@ def held_sentences(src: Path, words: list[str], held: Path) -> tuple[list[str], 
     return with_new[:SENTENCES], without[:100]
 
 
+def _add_run(label: str, kind: str, options: dict, src: Path, words: list[str], fit: Path, work: Path):
+    """`add_tokens` of one run into a fresh work/out-<kind>-<label>: (options with "fit" resolved, the output
+    directory, the summary, seconds, `uptime` before)."""
+    options = {k: (str(fit) if v == "fit" else v) for k, v in options.items()}
+    out = work / (f"out-{kind}-" + re.sub(r"[^a-z0-9]", "", label))
+    subprocess.run(["rm", "-rf", str(out)], check=True)
+    before = bench.uptime()
+    t = time.perf_counter()
+    result = add_tokens(src, out, words, device="cpu", **options)
+    return options, out, result, time.perf_counter() - t, before
+
+
 def measure(label: str, options: dict, src: Path, words: list[str], fit: Path, test: list[str], old_text: list[str],
             base: dict, work: Path) -> dict:
     import numpy as np
     from sentence_transformers import SentenceTransformer
 
-    options = {k: (str(fit) if v == "fit" else v) for k, v in options.items()}
-    out = work / ("out-encoder-" + re.sub(r"[^a-z]", "", label))
-    subprocess.run(["rm", "-rf", str(out)], check=True)
-    before = bench.uptime()
-    t = time.perf_counter()
-    result = add_tokens(src, out, words, device="cpu", **options)
-    seconds = time.perf_counter() - t
+    options, out, result, seconds, before = _add_run(label, "encoder", options, src, words, fit, work)
     model = SentenceTransformer(str(out), device="cpu")
     emb = model.encode(test, batch_size=32)
     same = bool(np.array_equal(model.encode(old_text, batch_size=32), base["old"]))
@@ -269,13 +275,7 @@ def measure_mlm(label: str, options: dict, src: Path, words: list[str], fit: Pat
 
     from vocabsurgeon.init import kl_bound
 
-    options = {k: (str(fit) if v == "fit" else v) for k, v in options.items()}
-    out = work / ("out-mlm-" + re.sub(r"[^a-z0-9]", "", label))
-    subprocess.run(["rm", "-rf", str(out)], check=True)
-    before = bench.uptime()
-    t = time.perf_counter()
-    result = add_tokens(src, out, words, device="cpu", **options)
-    seconds = time.perf_counter() - t
+    options, out, result, seconds, before = _add_run(label, "mlm", options, src, words, fit, work)
     p, rank = masked_new_token(out, test, n_old)
     kl = old_text_kl(src, out)
     kl_masked = old_text_kl(src, out, masked=True)
