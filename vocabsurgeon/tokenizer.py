@@ -472,9 +472,8 @@ class TokenizerEditor:
                 want, got = decode[j]
                 if got != want and want in (case.text, self.normalize(case.text)):
                     failures[w] = f"{case.text!r} would decode as {got!r}, but the original tokenizer gives {want!r}"
-        loader = self._as_transformers_loads(plan)
+        loader, cls = self._as_transformers_loads(plan)
         if loader is not None:  # the class rebuilds the tokenizer: it must tokenize as the file does
-            cls = self._edited_class
             # only where the original, loaded the same way, agrees with its own file on that text
             base = self._original_as_loaded()
             self.prefetch(texts)
@@ -547,18 +546,18 @@ class TokenizerEditor:
         data = json.loads(tok.to_str())
         return {k: data.get(k) for k in PIPELINE}
 
-    def _as_transformers_loads(self, plan: TokenizerPlan) -> Tokenizer | None:
+    def _as_transformers_loads(self, plan: TokenizerPlan) -> tuple[Tokenizer | None, str | None]:
         """The edited tokenizer as transformers builds it on load, where the written tokenizer_class
         rebuilds it from vocab, merges and scores (GPT2Tokenizer, LlamaTokenizer, BertTokenizer, ...) or
         transformers forces such a class on the model type (`forced_class`); None where the class loads
-        tokenizer.json as written, or no class is named. `_edited_class` is then the class that loaded."""
+        tokenizer.json as written, or no class is named. With it, the name of the class that loaded."""
         cfg = self.edited_config(plan)
         cls = (cfg or {}).get("tokenizer_class")
         rebuilt = cls is not None and cls not in FILE_AS_WRITTEN_CLASSES
         # a class forced on the model type matters where the entries rely on ignore_merges (it drops the option);
         # asked only then: it imports transformers, which a plain add never does
         if self.converted_from or not (rebuilt or (plan.set_ignore_merges and self.forced_class())):
-            return None
+            return None, None
         import shutil
         import tempfile
 
@@ -576,10 +575,9 @@ class TokenizerEditor:
             except Exception as e:  # transformers raises many types; the file check above still holds
                 logger.warning("transformers cannot load the edited tokenizer in memory (%s: %s); only tokenizer.json "
                                "was checked", type(e).__name__, e)
-                return None
+                return None, None
         backend = getattr(tok, "backend_tokenizer", None)
-        self._edited_class = type(tok).__name__
-        return unpadded(Tokenizer.from_str(backend.to_str())) if backend is not None else None
+        return (unpadded(Tokenizer.from_str(backend.to_str())) if backend is not None else None), type(tok).__name__
 
     def _decoded(self, texts: list[str]) -> list[str]:
         """How the original tokenizer decodes its own ids of each text (cached: the same texts are
