@@ -65,6 +65,7 @@ from .fit_common import (  # noqa: F401  (FitResult, Run, find_runs: the fitting
 )
 from .init import kl_bound
 from .runtime import LoadedModel, ModelKind, context_length, encode, load_tokenizer, loaded_model, model_kind, read_corpus
+from .prefix_cache import full_hidden
 from .chats import chat_samples
 
 logger = logging.getLogger(__name__)
@@ -323,7 +324,9 @@ def distill_input_rows(m: _Model, windows: list[Window], teacher: _Teacher, star
         where = (ids >= m.n).nonzero(as_tuple=True)
         pick = torch.nn.functional.one_hot(ids[where] - m.n, R.shape[0]).to(R.dtype)  # (new positions, k)
         emb = emb.index_put(where, (pick @ R).to(emb.dtype))
-        h = m.hidden(None, mask, embeds=emb) if cache is None else cache.hidden(part, emb, mask)
+        # full windows: the backward stops at the positions before the first new token, as on the cache
+        h = full_hidden(m.model.base_model, emb, mask, [first[i] for i in part]) if cache is None else \
+            cache.hidden(part, emb, mask)
         return h.float(), skip
 
     def batch_loss(part, R, cache=None):

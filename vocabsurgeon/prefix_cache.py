@@ -103,3 +103,31 @@ class PrefixCache:
 
         scale = max(1.0, float(full.abs().max()))
         return bool(torch.isfinite(cached).all()) and float((cached - full).abs().max()) <= tol * scale
+
+
+def full_hidden(base_model, embeds, mask, starts: list[int]):
+    """(B, T, hidden) last hidden states of full windows (`embeds`, right-padded, `mask`) whose
+    backward stops at each layer's input at the positions before `starts[b]` (row b's first new token).
+
+    Those positions read old ids only, so no gradient through them reaches the new rows: the cut
+    changes no gradient of a new row, as the cached path never runs them backward either. It keeps
+    the backward finite where a position's hidden state is exactly 0 in every layer: a first
+    position whose embedding row is 0 (transformers zeroes the pad_token_id row of a new model; a
+    random model whose pad is its BOS starts every window with it). Each norm's backward at 0
+    multiplies by 1/sqrt(eps) (316 at eps 1e-5), so that position's gradient grew ~70x a layer on
+    a random 30-layer SmolLM2-shaped model and overflowed float32 by layer 6 from the top; the
+    attention backward then spread it (0 * inf at masked entries) to every position and every new
+    row (bench/nan_repro.py).
+    """
+    import torch
+
+    grad = torch.is_grad_enabled() and embeds.requires_grad
+    out = base_model(inputs_embeds=embeds, attention_mask=mask, use_cache=False, output_hidden_states=grad)
+    if grad:
+        T = embeds.shape[1]
+        old = (torch.arange(T, device=embeds.device)[None, :]
+               < torch.tensor(starts, device=embeds.device)[:, None])[..., None]  # (B, T, 1)
+        for h in out.hidden_states[1:]:
+            if h.requires_grad:
+                h.register_hook(lambda g: g.masked_fill(old, 0))
+    return out.last_hidden_state
