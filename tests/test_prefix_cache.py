@@ -45,7 +45,7 @@ def test_the_rest_of_a_window_after_its_cached_start_reads_as_in_the_full_window
     m, windows, *_ = setup
     # starts of every length, 0 (nothing cached) included, in one batch: each left-padded to the longest
     cuts = {i: min(len(w.old) - 1, i * 3) for i, w in enumerate(windows[:6])}
-    cache = PrefixCache(m.model.base_model, {i: windows[i].old[:c] for i, c in cuts.items()}, 4, m.device)
+    cache = PrefixCache.run(m.model.base_model, {i: windows[i].old[:c] for i, c in cuts.items()}, 4, m.device)
     part = list(cuts)
     rest = [windows[i].old[c:] for i, c in cuts.items()]
     ids, mask = fitted.pad_batch(rest, 0, m.device)
@@ -55,6 +55,25 @@ def test_the_rest_of_a_window_after_its_cached_start_reads_as_in_the_full_window
             full = m.hidden(torch.tensor([windows[i].old]))[0]
             want = full[cuts[i]:]
             assert PrefixCache.agrees(got[b, :len(rest[b])], want, tol=1e-5), (i, cuts[i])
+
+
+def test_the_teacher_pass_keeps_the_prefixes_distillation_reads_so_they_are_not_run_again(setup, monkeypatch):
+    m, windows, _, _, sub = setup
+    first = {i: w.runs[0].start for i, w in enumerate(windows) if w.runs}
+    teacher = fitted._teach(m, windows, 8, lambda *a: None, keep=first)
+    assert set(teacher.prefix_kv) == set(first)
+    ran = PrefixCache.run(m.model.base_model, {i: windows[i].old[:s] for i, s in first.items()}, 3, m.device)
+    for i in first:  # in batches of other windows and lengths: the same keys and values
+        for (k, v), (k2, v2) in zip(teacher.prefix_kv[i], ran.kv[i]):
+            assert k.shape == k2.shape and k.shape[1] == first[i]
+            assert torch.allclose(k, k2, atol=1e-5) and torch.allclose(v, v2, atol=1e-5)
+
+    def no_run(*a, **k):
+        raise AssertionError("the prefixes were run again")
+
+    monkeypatch.setattr(PrefixCache, "run", no_run)
+    rows, report = fitted.distill_input_rows(m, windows, teacher, sub, 4, 8, 0.1, 0, lambda *a: None, 3)
+    assert report["prefix_cache"] is True and torch.isfinite(rows).all()
 
 
 def test_distillation_runs_on_the_cache_and_gives_the_rows_of_full_windows(setup, monkeypatch):

@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -175,10 +175,14 @@ class _Teacher:
     h: list  # per window: (T, hidden) float32 hidden states
     logz: list  # per window: (T,) float64 log partition function
     lp_next: list  # per window: (T - 1,) float64 log p(next old id)
+    prefix_kv: dict = field(default_factory=dict)  # window -> keys and values of its start (see _teach)
 
 
-def _teach(m: _Model, windows: list[Window], batch: int, say: Steps, stage: str = "model on contexts") -> _Teacher:
+def _teach(m: _Model, windows: list[Window], batch: int, say: Steps, stage: str = "model on contexts",
+           keep: dict[int, int] | None = None) -> _Teacher:
     """The frozen model's pass over `windows`, once: what the fits read instead of running it again.
+    With `keep` ({window: positions}), the keys and values of each such window's first positions
+    are kept too (`prefix_kv`): distillation's prefix cache, which would otherwise run them again.
 
     log Z is a float32 log-sum-exp over the vocabulary (its rounding, ~1e-7 relative, moves a KL by
     as little), taken per window on its own positions: float64 logits of a batch of long windows
@@ -186,7 +190,10 @@ def _teach(m: _Model, windows: list[Window], batch: int, say: Steps, stage: str 
     costs as much as real positions); the results are in the order of `windows`."""
     import torch
 
+    from .prefix_cache import window_prefixes
+
     h_, logz_, lp_ = [None] * len(windows), [None] * len(windows), [None] * len(windows)
+    kv: dict = {}
     order = sorted(range(len(windows)), key=lambda i: len(windows[i].old))
     for s in range(0, len(order), batch):
         part = order[s:s + batch]
@@ -194,7 +201,17 @@ def _teach(m: _Model, windows: list[Window], batch: int, say: Steps, stage: str 
         if not m._checked:
             m.check_linear_head(ids[:, :int(mask[0].sum())])
         with torch.no_grad():
-            h = m.hidden(ids, mask)
+            if keep:
+                out = m.model.base_model(input_ids=ids, attention_mask=mask, use_cache=True)
+                h = out.last_hidden_state
+                try:
+                    kv.update(window_prefixes(out, keep, part))
+                except Exception as e:  # noqa: BLE001 - no usable cache: distillation runs the prefixes itself
+                    logger.info("the teacher pass keeps no prefix cache (%s: %s)", type(e).__name__, e)
+                    keep, kv = None, {}
+                del out
+            else:
+                h = m.hidden(ids, mask)
             for b, i in enumerate(part):
                 T = len(windows[i].old)
                 z = m.logits(h[b, :T])  # (T, n) float32
@@ -203,7 +220,7 @@ def _teach(m: _Model, windows: list[Window], batch: int, say: Steps, stage: str 
                 logz_[i] = lz.double().cpu()
                 lp_[i] = (z[:-1].gather(-1, ids[b, 1:T, None])[..., 0] - lz[:-1]).double().cpu()
         say(stage, min(s + batch, len(windows)), len(windows))
-    return _Teacher(h_, logz_, lp_)
+    return _Teacher(h_, logz_, lp_, kv)
 
 
 @dataclass
@@ -338,7 +355,8 @@ def distill_input_rows(m: _Model, windows: list[Window], teacher: _Teacher, star
             count += len(olds)
         return loss / (count * h2)
 
-    cache = _checked_prefix_cache(m, windows, usable[:batch], first, batch, states, start) if usable else None
+    cache = _checked_prefix_cache(m, windows, usable[:batch], first, batch, states, start, teacher.prefix_kv) \
+        if usable else None
     lengths = [len(p) - (first.get(i, 0) if cache is not None else 0) for i, p in enumerate(pieces)]
     rows, report = adam_passes(start, rms, usable, lambda part, R: batch_loss(part, R, cache), steps, batch, lr, seed,
                                say, passes, m.device, lengths)
@@ -347,15 +365,19 @@ def distill_input_rows(m: _Model, windows: list[Window], teacher: _Teacher, star
 
 
 def _checked_prefix_cache(m: _Model, windows: list[Window], probe: list[int], first: dict[int, int], batch: int,
-                          states, start):
-    """The windows' prefixes run once, or None when a cached pass over `probe` differs from the full one
-    (or the model cannot take a cache): then distillation runs full windows."""
+                          states, start, kv: dict | None = None):
+    """The windows' prefixes run once (`kv`: their keys and values from the teacher pass, when it kept
+    every one), or None when a cached pass over `probe` differs from the full one (or the model
+    cannot take a cache): then distillation runs full windows."""
     import torch
 
     from .prefix_cache import PrefixCache
 
     try:
-        cache = PrefixCache(m.model.base_model, {i: windows[i].old[:s] for i, s in first.items()}, batch, m.device)
+        cache = PrefixCache(m.model.base_model, {i: kv[i] for i in first if i in kv}) if kv else None
+        if cache is None or cache.lengths != first:  # the teacher did not keep these prefixes: run them
+            cache = PrefixCache.run(m.model.base_model, {i: windows[i].old[:s] for i, s in first.items()}, batch,
+                                    m.device)
         with torch.no_grad():
             R = start.float().to(m.device)
             cached, skip = states(probe, R, cache)
@@ -541,7 +563,9 @@ def _fit_loaded(m: _Model, src: Path, tok, tokens: list[FitToken], roles: set[st
 
     k = len(tokens)
     sub = subword_mean(m.E, tokens)  # the input rows' start
-    teacher = _teach(m, windows, opts.batch_size, say) if windows else _Teacher([], [], [])
+    # distillation's prefix cache: the keys and values before each window's first new token
+    keep = {i: w.runs[0].start for i, w in enumerate(windows) if w.runs} if "input" in roles else None
+    teacher = _teach(m, windows, opts.batch_size, say, keep=keep) if windows else _Teacher([], [], [])
     result = FitResult(None, None, report)
     if "input" in roles:
         t1 = time.perf_counter()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import inspect
 import logging
 
+from .fit_common import pad_batch
 from .runtime import cache_argument, returned_cache
 
 logger = logging.getLogger(__name__)
@@ -41,31 +42,44 @@ def _dynamic_cache(kv: list[tuple]):
     return DynamicCache.from_legacy_cache(tuple(kv))
 
 
+def window_prefixes(output, keep: dict[int, int], rows: list[int]) -> dict[int, list[tuple]]:
+    """{window: [(keys, values)] per layer of its first `keep[window]` positions} from the cache a
+    forward over a right-padded batch returned (`output`); `rows[b]` is the window in row b. A
+    causal model's real positions never read the padding, so a prefix's keys and values are the
+    ones a pass over that prefix alone gives."""
+    layers = _layers(returned_cache(output))
+    return {i: [(k[b, :, :keep[i]].clone(), v[b, :, :keep[i]].clone()) for k, v in layers]
+            for b, i in enumerate(rows) if i in keep}
+
+
 class PrefixCache:
-    """Keys and values of `prefixes[i]` (old ids) for each window i, kept per window on the model's device."""
+    """Keys and values of each window's prefix (old ids), kept per window on the model's device.
 
-    def __init__(self, base_model, prefixes: dict[int, list[int]], batch: int, device):
-        import torch
+    `kv[i]` is [(keys, values)] per layer, each (heads, positions, head_dim), for window i. The
+    teacher pass over the old windows computes them on its way (fitted._teach, `window_prefixes`);
+    `PrefixCache.run` computes them from the prefixes alone."""
 
+    def __init__(self, base_model, kv: dict[int, list[tuple]]):
         self.base = base_model
         self.arg = cache_argument(base_model)
-        self.lengths = {i: len(p) for i, p in prefixes.items()}
-        self.kv: dict[int, list[tuple]] = {}
+        self.kv = kv
+        self.lengths = {i: (layers[0][0].shape[1] if layers else 0) for i, layers in kv.items()}
+
+    @classmethod
+    def run(cls, base_model, prefixes: dict[int, list[int]], batch: int, device) -> "PrefixCache":
+        """The cache of `prefixes[i]` (old ids) for each window i, computed in batches of `batch`."""
+        import torch
+
+        keep = {i: len(p) for i, p in prefixes.items()}
         todo = [i for i, p in prefixes.items() if p]
+        kv = {i: [] for i, p in prefixes.items() if not p}
         for s in range(0, len(todo), batch):
             part = todo[s:s + batch]
-            T = max(self.lengths[i] for i in part)
-            ids = torch.zeros((len(part), T), dtype=torch.long)
-            mask = torch.zeros((len(part), T), dtype=torch.long)
-            for b, i in enumerate(part):  # right-padded: a causal model's real positions never read the padding
-                ids[b, :self.lengths[i]] = torch.tensor(prefixes[i])
-                mask[b, :self.lengths[i]] = 1
+            ids, mask = pad_batch([prefixes[i] for i in part], 0, device)  # right-padded
             with torch.no_grad():
-                out = base_model(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=True)
-            layers = _layers(returned_cache(out))
-            for b, i in enumerate(part):
-                p = self.lengths[i]
-                self.kv[i] = [(k[b, :, :p].clone(), v[b, :, :p].clone()) for k, v in layers]
+                out = base_model(input_ids=ids, attention_mask=mask, use_cache=True)
+            kv.update(window_prefixes(out, keep, part))
+        return cls(base_model, kv)
 
     def hidden(self, part: list[int], embeds, mask):
         """(B, S, hidden) last hidden states of the windows' rest (`embeds`, right-padded, `mask`)
