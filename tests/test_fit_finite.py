@@ -79,7 +79,7 @@ def test_the_zero_first_position_overflows_the_plain_backward_and_not_the_cut_on
     assert torch.isfinite(cut).all()
     # the cut changes no gradient that reaches a new row: the cached path (which never runs the
     # start backward) gives the same gradient at every position from the first new one on
-    cache = PrefixCache(m.model.base_model, {i: windows[i].old[:s] for i, s in zip(part, starts)}, 8, m.device)
+    cache = PrefixCache.run(m.model.base_model, {i: windows[i].old[:s] for i, s in zip(part, starts)}, 8, m.device)
     rest = [emb[b, s:int(mask[b].sum())] for b, s in enumerate(starts)]
     R = max(len(r) for r in rest)
     tail = torch.zeros((len(rest), R, emb.shape[2]))
