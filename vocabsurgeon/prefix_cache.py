@@ -129,7 +129,7 @@ def full_hidden(base_model, embeds, mask, starts: list[int]):
     position whose embedding row is 0 (transformers zeroes the pad_token_id row of a new model; a
     random model whose pad is its BOS starts every window with it). Each norm's backward at 0
     multiplies by 1/sqrt(eps) (316 at eps 1e-5), so that position's gradient grew ~70x a layer on
-    a random 30-layer SmolLM2-shaped model and overflowed float32 by layer 6 from the top; the
+    a random 30-layer SmolLM2-shaped model, from the top down, and overflowed float32 at layer 6; the
     attention backward then spread it (0 * inf at masked entries) to every position and every new
     row (bench/nan_repro.py).
     """
