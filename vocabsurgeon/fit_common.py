@@ -58,6 +58,9 @@ class FitOptions:
     # a causal LM (a pass is a forward and backward over every window: minutes on a real model), 10 on an
     # encoder (sentences through a small model; see fitted_encoder.ENCODER_PASSES).
     passes: int | None = None
+    # Share of a causal model's layers after which distillation matches hidden states (None:
+    # fitted.DISTILL_DEPTH; 1: the last hidden state, every layer run at every step).
+    depth: float | None = None
     output_steps: int = 100  # L-BFGS iterations of the output fit
     batch_size: int = 8  # windows per distillation step
     lr: float = 0.1  # Adam step, relative to the rms of the old input rows
