@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from vocabsurgeon import add_tokens, read_tokens_file, validate_checkpoint
 from vocabsurgeon.cli import cli
 from vocabsurgeon.errors import InputError
+from vocabsurgeon.planning import AddOptions
 from vocabsurgeon.fitted import (
     DEPTH_PASSES,
     FitOptions,
@@ -313,18 +314,28 @@ def test_cli_add_fitted_records_the_fit(split, tmp_path):
     out = tmp_path / "out"
     res = CliRunner().invoke(cli, ["add", "--tokens", str(FIXTURES / "lotr.txt"), "--init", "fitted",
                                    "--fit-corpus", str(fit), "--fit-steps", "5", "--fit-output-steps", "10",
-                                   "--no-validate", "--json", "--quiet", str(FIXTURES / "llama-tiny"), str(out)])
+                                   "--fit-depth", "1", "--no-validate", "--json", "--quiet",
+                                   str(FIXTURES / "llama-tiny"), str(out)])
     assert res.exit_code == 0, res.output
     d = json.loads(res.stdout)
     assert d["init"] == {"input": "fitted", "output": "fitted", "bias": "mean", "eps": 1e-5}
     f = d["fitted"]
     assert f["contexts"]["name"] == "fit.txt" and f["input"]["steps"] <= 5 and f["output"]["target"] == "corpus"
+    assert f["input"]["depth"] == {"share": 1.0, "layers": 2, "of": 2}  # --fit-depth 1: the last layer
     card = (out / "README.md").read_text()
     assert "fit.txt" in card and f["contexts"]["sha256"] in card
     # both old-text KL figures (as fitted, as written) and the shrink factor, in --json and the card
     kl, a = f["output"]["old_text_kl"], f["output"]["shrink"]["a"]
     assert 0.0 <= a <= 1.0 and kl["mean"] <= kl["bound"] and kl["before_shrink"]["mean"] is not None
     assert f"| shrink toward the mean row | a = {a:.3g}" in card and "| old-text KL as fitted (held-out) |" in card
+
+
+def test_cli_fit_depth_outside_0_1_is_refused_before_writing(tmp_path):
+    res = CliRunner().invoke(cli, ["add", "-t", "Frodo", "--init", "fitted", "--fit-depth", "0",
+                                   str(FIXTURES / "gpt2-tiny"), str(tmp_path / "out")])
+    assert res.exit_code == 2 and not (tmp_path / "out").exists() and "--fit-depth" in res.output
+    with pytest.raises(InputError, match=r"--fit-depth 1.5: must be a share of the model's layers in \(0, 1\]"):
+        AddOptions(init="fitted", fit_depth=1.5).check()
 
 
 def test_cli_fit_corpus_without_fitted_is_refused(split, tmp_path):

@@ -12,6 +12,7 @@ import torch
 from vocabsurgeon import fit_common, fitted
 from vocabsurgeon.errors import InputError
 from vocabsurgeon.fitted import FitToken, word_windows
+from vocabsurgeon.modelcard import model_card_text
 from vocabsurgeon.layer_tap import LayerTap, decoder_layers, final_norm, layers_for
 from vocabsurgeon.runtime import load_tokenizer, loaded_model
 
@@ -94,6 +95,8 @@ def test_fit_rows_reports_the_depth_it_distilled_at(tmp_path):
     opts = fitted.FitOptions(corpus=str(FIXTURES / "corpus_lotr.txt"), input_steps=4)
     r = fitted.fit_rows(src, tokens, {"input"}, opts)
     assert r.report["input"]["depth"] == {"share": fitted.DISTILL_DEPTH, "layers": 1, "of": 2}
+    card = model_card_text({"added": [], "input": "ckpt", "tool": "vocabsurgeon", "fitted": r.report})
+    assert "hidden states matched after 1 of 2 layers" in card
     assert r.input_rows.shape == (len(tokens), 64) and r.report["input"]["skipped_steps"] == 0
     full = fitted.fit_rows(src, tokens, {"input"}, fitted.FitOptions(corpus=opts.corpus, input_steps=4, depth=1.0))
     assert full.report["input"]["depth"] == {"share": 1.0, "layers": 2, "of": 2}

@@ -215,9 +215,13 @@ def fit_options(fn):
         click.option("--fit-contexts", default=8, show_default=True, type=click.IntRange(min=1),
                      help="--init fitted: context windows per new token, at most."),
         click.option("--fit-steps", type=click.IntRange(min=0),
-                     help="--init fitted: Adam steps of the input-row distillation, at most. Default: up to 3 "
-                          "passes over the contexts (10 on an encoder), stopping when a pass gains < 1% on "
-                          "held-out contexts."),
+                     help="--init fitted: Adam steps of the input-row distillation, at most. Default: up to 6 "
+                          "passes over the contexts (3 with --fit-depth 1, 10 on an encoder), stopping when a pass "
+                          "gains < 1% on held-out contexts."),
+        click.option("--fit-depth", type=click.FloatRange(min=0, max=1, min_open=True),
+                     help="--init fitted, causal LMs: the share of the layers after which the input-row "
+                          "distillation matches hidden states; each step runs only those layers. 1: the last "
+                          "layer (slower). Default: 0.2."),
         click.option("--fit-output-steps", default=100, show_default=True, type=click.IntRange(min=1),
                      help="--init fitted: L-BFGS iterations of the output-row fit."),
         click.option("--fit-kl-limit", type=click.FloatRange(min=0),

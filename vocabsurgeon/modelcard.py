@@ -236,7 +236,10 @@ def _fitted_section(summary: dict) -> list[str]:
               f"| roles fitted | {', '.join(f.get('roles', []))}"
               f"{' (tied: one row, fitted as ' + ', '.join(f.get('roles', [])) + ')' if f.get('tied') else ''} |"]
     if "input" in f:
-        lines.append(f"| input distillation | {f['input']['steps']} Adam steps from the sub-word mean |")
+        d = f["input"].get("depth") or {}
+        at = (f", hidden states matched after {d['layers']} of {d['of']} layers" if d.get("layers") and d.get("of")
+              and d["layers"] < d["of"] else "")
+        lines.append(f"| input distillation | {f['input']['steps']} Adam steps from the sub-word mean{at} |")
     o = f.get("output")
     if o:
         kl = o["old_text_kl"]

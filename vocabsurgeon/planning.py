@@ -56,6 +56,7 @@ class AddOptions:
     fit_contexts: int = 8  # windows per new token, at most
     fit_context_tokens: int = 32  # tokens per window (fitted.FitOptions.context_tokens)
     fit_steps: int | None = None  # Adam steps of the input distillation, at most (None: passes decide)
+    fit_depth: float | None = None  # share of the layers distillation matches after (None: fitted.DISTILL_DEPTH)
     fit_output_steps: int = 100  # L-BFGS iterations of the output fit
     fit_l2: float | None = None  # L2 prior weight of the output fit (None: the default for the start row)
     fit_prior: str | None = None  # output rows' prior (fit_common.OUTPUT_STARTS); None: the sub-word mean
@@ -75,6 +76,8 @@ class AddOptions:
         if self.pad_to_multiple_of is not None and not 1 <= self.pad_to_multiple_of <= MAX_PAD_MULTIPLE:
             raise InputError(f"--pad-to-multiple-of {self.pad_to_multiple_of}: pass a positive integer up to "
                              f"{MAX_PAD_MULTIPLE} (64 or 128 suit tensor cores)")
+        if self.fit_depth is not None and not 0 < self.fit_depth <= 1:
+            raise InputError(f"--fit-depth {self.fit_depth}: must be a share of the model's layers in (0, 1]")
         if self.fit_corpus is not None and "fitted" not in {self.init, self.init_input, self.init_output}:
             raise InputError("--fit-corpus is for --init fitted (or --init-input/--init-output fitted); pass one")
         if self.fit_corpus is not None and not Path(self.fit_corpus).is_file():

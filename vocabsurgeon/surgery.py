@@ -385,7 +385,7 @@ def _fit(plan: Plan, progress: Steps | None):
     else:
         roles = {r for r, s in (("input", opts.init_input), ("output", opts.init_output)) if get_strategy(s).needs_model}
     fo = FitOptions(corpus=opts.fit_corpus, contexts_per_word=opts.fit_contexts, context_tokens=opts.fit_context_tokens,
-                    input_steps=opts.fit_steps,
+                    input_steps=opts.fit_steps, depth=opts.fit_depth,
                     output_steps=opts.fit_output_steps, l2=opts.fit_l2, seed=opts.seed,
                     output_start=opts.fit_prior or start, kl_limit=opts.fit_kl_limit, device=opts.device)
     tokens = [FitToken(t.form, tuple(t.pieces)) for t in plan.tokens.new]
