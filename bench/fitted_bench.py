@@ -40,6 +40,7 @@ RUNS = {
     "subword-mean": {"init": "subword-mean"},
     "fitted": {"init": "fitted", "fit_corpus": "fit"},
     "fitted --untie": {"init": "fitted", "untie": True, "fit_corpus": "fit"},
+    "fitted --untie --fit-depth 1": {"init": "fitted", "untie": True, "fit_corpus": "fit", "fit_depth": 1.0},
     "fitted, 32-token windows": {"init": "fitted", "fit_corpus": "fit", "fit_context_tokens": 32},
     "fitted, 4 contexts": {"init": "fitted", "fit_corpus": "fit", "fit_contexts": 4},
     # the output fit's prior and L2 weight, untied, input rows at the sub-word mean (no distillation)
