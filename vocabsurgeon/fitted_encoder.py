@@ -73,6 +73,12 @@ TEMPLATES = (
     "Here is an example of {}.", "We need to understand {} better.", "Is {} important?",
     "She looked up {} in the manual.", "Everyone has heard of {}.",
 )
+# Short sentences, "{}" the word: where a word of several pieces is a large share of the mean pooling.
+SHORT_TEMPLATES = ("{}.", "The {}.", "{} is used.", "Use {}.", "See {}.", "{} and more.")
+SHORT_PER_WORD = 0
+RETOKENIZED = False
+# Weight of the new token's own hidden state against the mean of its pieces' (relative MSE), 0: none.
+WORD_WEIGHT = 0.0
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -161,15 +167,97 @@ def sentence_windows(text: str, tok, tokens: list[FitToken], ends, limit: int, p
     return out
 
 
-def template_windows(tok, tokens: list[FitToken], ends, limit: int, per_token: int, seed: int) -> list[Window]:
-    """`per_token` of TEMPLATES per new token, in a seeded order, with the word's text in place of "{}"."""
+@dataclass
+class Retokenized:
+    """A context where the new tokenizer changes more than the new words' pieces (a WordPiece word that
+    starts with a new word: "urlopen" is ur ##lo ##pen, then url ##open): old and new ids (a new token j
+    as -1 - j), and the (old, new) positions of the words that keep their pieces."""
+
+    old: list[int]
+    new: list[int]
+    kept: tuple[list[int], list[int]]
+
+    def new_ids(self, n_old: int) -> list[int]:
+        return [n_old - 1 - x if x < 0 else x for x in self.new]
+
+
+def wordpiece_view(tok, tokens: list[FitToken]):
+    """For a WordPiece tokenizer, a function: text -> [(old ids, new ids)] per pre-tokenized word, as the
+    tokenizer with the new words in its vocabulary (at a word's start) splits it (a new token j as -1 - j);
+    None for other tokenizers, or where the view does not reproduce the old tokenizer's ids."""
+    backend = getattr(tok, "backend_tokenizer", None)
+    model = getattr(backend, "model", None)
+    if model is None or type(model).__name__ != "WordPiece" or backend.pre_tokenizer is None:
+        return None
+    vocab = tok.get_vocab()
+    prefix, unk = model.continuing_subword_prefix, vocab.get(model.unk_token)
+    norm = backend.normalizer.normalize_str if backend.normalizer is not None else (lambda x: x)
+    forms = {norm(t.form.strip()): j for j, t in enumerate(tokens) if t.pieces}
+
+    def split(word: str, new: bool) -> list[int]:
+        out, i = [], 0
+        while i < len(word):
+            for e in range(len(word), i, -1):
+                piece = word[i:e] if i == 0 else prefix + word[i:e]
+                if new and i == 0 and piece in forms:  # longest first: no longer old piece matched
+                    out.append(-1 - forms[piece])
+                    break
+                if piece in vocab:
+                    out.append(vocab[piece])
+                    break
+            else:
+                return [unk]
+            i = e
+        return out
+
+    def view(text: str):
+        words = backend.pre_tokenizer.pre_tokenize_str(norm(text))
+        return [(split(w, False), split(w, True)) for w, _ in words]
+    return view
+
+
+def retokenized_windows(text: str, tok, tokens: list[FitToken], ends, limit: int, per_token: int) -> list[Retokenized]:
+    """The sentences of `text` (as `sentence_windows` splits them) where a new word starts a longer word, so
+    that the new tokenizer also splits the rest of it anew, while that token has fewer than `per_token`;
+    whole sentences of at most `limit` tokens. Empty for tokenizers other than WordPiece."""
+    view = wordpiece_view(tok, tokens)
+    if view is None:
+        return []
+    head, tail = ends
+    counts = [0] * len(tokens)
+    out = []
+    for para in (p for p in text.split("\n\n") if p.strip()):
+        for sentence in _SENTENCE_END.split(" ".join(para.split())):
+            words = view(sentence)
+            changed = [(o, n) for o, n in words if n and n[0] < 0 and not (len(n) == 1 and tuple(o) == tokens[-1 - n[0]].pieces)]
+            if not changed or not any(counts[-1 - n[0]] < per_token for _, n in changed):
+                continue
+            old = [x for o, _ in words for x in o]
+            if old != encode(tok, sentence) or len(old) + len(head) + len(tail) > limit:
+                continue
+            olds, news, oi, ni = [], [], len(head), len(head)
+            for o, n in words:
+                if o == n:
+                    olds += range(oi, oi + len(o))
+                    news += range(ni, ni + len(n))
+                oi, ni = oi + len(o), ni + len(n)
+            out.append(Retokenized(head + old + tail, head + [x for _, n in words for x in n] + tail, (olds, news)))
+            for _, n in words:
+                if n and n[0] < 0:
+                    counts[-1 - n[0]] += 1
+    return out
+
+
+def template_windows(tok, tokens: list[FitToken], ends, limit: int, per_token: int, seed: int,
+                     templates: tuple[str, ...] = TEMPLATES) -> list[Window]:
+    """`per_token` of `templates` per new token, in a seeded order, with the word's text in place of "{}"."""
     rng = np.random.default_rng(seed)
     out = []
     for t in tokens:
         if not t.pieces:
             continue
-        for i in rng.permutation(len(TEMPLATES))[:per_token]:
-            ids = encode(tok, TEMPLATES[i].format(t.form.strip()))
+        for i in rng.permutation(len(templates))[:per_token]:
+            ids = encode(tok, templates[i].format(t.form.strip()))
             runs = [r for r in find_runs(ids, tokens) if tokens[r.j] == t] or find_runs(ids, tokens)
             if runs:  # a form that only exists after a space (byte-level " Frodo") at a sentence start: no run
                 w = _window(ids, runs[0].start, runs[0].length, ends, limit, tokens)
@@ -190,6 +278,15 @@ def outside(w: Window) -> tuple[list[int], list[int]]:
         olds.append(i)
         news.append(i - shift)
     return olds, news
+
+
+def inside(w: Window) -> list[tuple[int, list[int]]]:
+    """(new position, old positions of its pieces) of each new token in the window."""
+    out, shift = [], 0
+    for r in w.runs:
+        out.append((r.start - shift, list(range(r.start, r.start + r.length))))
+        shift += r.length - 1
+    return out
 
 
 def pool(h, mask, mode: str):
@@ -243,10 +340,11 @@ def distill_encoder_rows(enc: _Encoder, windows: list[Window], teacher: tuple[li
     import torch
 
     hs, ps = teacher
-    usable = [i for i, w in enumerate(windows) if w.runs]
+    usable = [i for i, w in enumerate(windows) if any(x >= enc.n for x in w.new_ids(enc.n))]
     h2 = float(torch.cat([hs[i] for i in usable]).pow(2).sum(-1).mean()) if usable else 1.0
     new_ids = [w.new_ids(enc.n) for w in windows]
-    kept = [outside(w) for w in windows]
+    kept = [w.kept if isinstance(w, Retokenized) else outside(w) for w in windows]
+    words = [[] if isinstance(w, Retokenized) else inside(w) for w in windows]
 
     def batch_loss(part, R):
         ids, mask = pad_batch([new_ids[i] for i in part], enc.pad, enc.device)
@@ -261,6 +359,13 @@ def distill_encoder_rows(enc: _Encoder, windows: list[Window], teacher: tuple[li
             loss = loss + ((h[b, news] - hs[i][olds].to(enc.device)) ** 2).sum()
             count += len(olds)
         loss = loss / (max(count, 1) * h2)
+        if WORD_WEIGHT:
+            wl, wc = 0.0, 0
+            for b, i in enumerate(part):
+                for news, olds in words[i]:
+                    wl = wl + ((h[b, news] - hs[i][olds].to(enc.device).mean(0)) ** 2).sum()
+                    wc += 1
+            loss = loss + WORD_WEIGHT * wl / (max(wc, 1) * h2)
         if pooling.mode:
             p = pool(h, mask, pooling.mode)
             target = torch.stack([ps[i] for i in part]).to(enc.device)
@@ -311,13 +416,21 @@ def fit_encoder_rows(src: Path, kind: ModelKind, tokens: list[FitToken], roles: 
         else:
             windows = template_windows(tok, tokens, ends, limit, opts.contexts_per_word, opts.seed)
             report["contexts"] = {"source": "templates", "templates_per_word": opts.contexts_per_word}
+        if SHORT_PER_WORD:
+            windows += template_windows(tok, tokens, ends, limit, SHORT_PER_WORD, opts.seed + 1, SHORT_TEMPLATES)
+            report["contexts"]["short_templates_per_word"] = SHORT_PER_WORD
         report["contexts"].update(contexts_found(windows, tokens, "the sub-word mean"))
+        fit_windows = windows
+        if opts.corpus is not None and RETOKENIZED:
+            extra = retokenized_windows(text, tok, tokens, ends, limit, opts.contexts_per_word)
+            fit_windows = windows + extra
+            report["contexts"]["retokenized"] = len(extra)
         start = subword_mean(enc.E, tokens)
         with narrow_threads(enc.device, enc.E.shape[1]):
             t1 = time.perf_counter()
-            teacher = _teach(enc, windows, pooling, opts.batch_size, say)
+            teacher = _teach(enc, fit_windows, pooling, opts.batch_size, say)
             passes = opts.passes if opts.passes is not None else ENCODER_PASSES
-            rows, distilled = distill_encoder_rows(enc, windows, teacher, start, pooling, opts, say, passes)
+            rows, distilled = distill_encoder_rows(enc, fit_windows, teacher, start, pooling, opts, say, passes)
             report["input"] = {"start": "subword-mean", "max_passes": passes, **distilled,
                                "seconds": round(time.perf_counter() - t1, 3)}
             result = FitResult(rows.numpy(), None, report)
