@@ -77,6 +77,8 @@ TEMPLATES = (
 SHORT_TEMPLATES = ("{}.", "The {}.", "{} is used.", "Use {}.", "See {}.", "{} and more.")
 SHORT_PER_WORD = 0
 RETOKENIZED = False
+POOLED_NORM = 1.0  # the pooled term is the POOLED_NORM-norm of the per-sentence 1 - cos
+SHARE_WEIGHT = 0.0  # sentence weight 1 + SHARE_WEIGHT * (old length - new length) / new length
 # Weight of the new token's own hidden state against the mean of its pieces' (relative MSE), 0: none.
 WORD_WEIGHT = 0.0
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -345,6 +347,7 @@ def distill_encoder_rows(enc: _Encoder, windows: list[Window], teacher: tuple[li
     new_ids = [w.new_ids(enc.n) for w in windows]
     kept = [w.kept if isinstance(w, Retokenized) else outside(w) for w in windows]
     words = [[] if isinstance(w, Retokenized) else inside(w) for w in windows]
+    shrink = [(len(w.old) - len(x)) / len(x) for w, x in zip(windows, new_ids)]
 
     def batch_loss(part, R):
         ids, mask = pad_batch([new_ids[i] for i in part], enc.pad, enc.device)
@@ -369,7 +372,13 @@ def distill_encoder_rows(enc: _Encoder, windows: list[Window], teacher: tuple[li
         if pooling.mode:
             p = pool(h, mask, pooling.mode)
             target = torch.stack([ps[i] for i in part]).to(enc.device)
-            loss = loss + POOLED_WEIGHT * (1 - torch.nn.functional.cosine_similarity(p, target, dim=-1)).mean()
+            d = (1 - torch.nn.functional.cosine_similarity(p, target, dim=-1)).clamp(min=0)
+            if SHARE_WEIGHT:
+                d = d * torch.tensor([1 + SHARE_WEIGHT * shrink[i] for i in part], device=d.device)
+            if POOLED_NORM != 1:
+                loss = loss + POOLED_WEIGHT * (d.pow(POOLED_NORM).mean() + 1e-12).pow(1 / POOLED_NORM)
+            else:
+                loss = loss + POOLED_WEIGHT * d.mean()
         return loss
 
     rms = float(enc.E.float().pow(2).mean().sqrt())
