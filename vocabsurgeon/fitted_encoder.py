@@ -77,6 +77,10 @@ TEMPLATES = (
 SHORT_TEMPLATES = ("{}.", "The {}.", "{} is used.", "Use {}.", "See {}.", "{} and more.")
 SHORT_PER_WORD = 0
 RETOKENIZED = False
+# Sentences with the word's plural ("{}" the word): WordPiece splits "formatters" as formatter ##s with the
+# new word, format ##ters without; the view gives both.
+PLURAL_TEMPLATES = ("The {}s.", "Use {}s.", "All {}s are listed here.", "Some {}s and others.")
+PLURALS_PER_WORD = 0
 POOLED_NORM = 1.0  # the pooled term is the POOLED_NORM-norm of the per-sentence 1 - cos
 SHARE_WEIGHT = 0.0  # sentence weight 1 + SHARE_WEIGHT * (old length - new length) / new length
 # Weight of the new token's own hidden state against the mean of its pieces' (relative MSE), 0: none.
@@ -218,7 +222,7 @@ def wordpiece_view(tok, tokens: list[FitToken]):
     return view
 
 
-def retokenized_windows(text: str, tok, tokens: list[FitToken], ends, limit: int, per_token: int) -> list[Retokenized]:
+def retokenized_windows(text, tok, tokens: list[FitToken], ends, limit: int, per_token: int) -> list[Retokenized]:
     """The sentences of `text` (as `sentence_windows` splits them) where a new word starts a longer word, so
     that the new tokenizer also splits the rest of it anew, while that token has fewer than `per_token`;
     whole sentences of at most `limit` tokens. Empty for tokenizers other than WordPiece."""
@@ -228,8 +232,10 @@ def retokenized_windows(text: str, tok, tokens: list[FitToken], ends, limit: int
     head, tail = ends
     counts = [0] * len(tokens)
     out = []
-    for para in (p for p in text.split("\n\n") if p.strip()):
-        for sentence in _SENTENCE_END.split(" ".join(para.split())):
+    if isinstance(text, str):
+        text = [sen for para in text.split("\n\n") if para.strip() for sen in _SENTENCE_END.split(" ".join(para.split()))]
+    for para in [text]:
+        for sentence in para:
             words = view(sentence)
             changed = [(o, n) for o, n in words if n and n[0] < 0 and not (len(n) == 1 and tuple(o) == tokens[-1 - n[0]].pieces)]
             if not changed or not any(counts[-1 - n[0]] < per_token for _, n in changed):
@@ -434,6 +440,13 @@ def fit_encoder_rows(src: Path, kind: ModelKind, tokens: list[FitToken], roles: 
             extra = retokenized_windows(text, tok, tokens, ends, limit, opts.contexts_per_word)
             fit_windows = windows + extra
             report["contexts"]["retokenized"] = len(extra)
+        if PLURALS_PER_WORD:
+            rng = np.random.default_rng(opts.seed + 2)
+            texts = [PLURAL_TEMPLATES[i].format(t.form.strip()) for t in tokens if t.pieces and not t.form.strip().endswith("s")
+                     for i in rng.permutation(len(PLURAL_TEMPLATES))[:PLURALS_PER_WORD]]
+            extra = retokenized_windows(texts, tok, tokens, ends, limit, PLURALS_PER_WORD)
+            fit_windows = fit_windows + extra
+            report["contexts"]["plural_templates"] = len(extra)
         start = subword_mean(enc.E, tokens)
         with narrow_threads(enc.device, enc.E.shape[1]):
             t1 = time.perf_counter()
