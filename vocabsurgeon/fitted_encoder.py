@@ -83,8 +83,6 @@ PLURAL_TEMPLATES = ("The {}s.", "Use {}s.", "All {}s are listed here.", "Some {}
 PLURALS_PER_WORD = 0
 POOLED_NORM = 1.0  # the pooled term is the POOLED_NORM-norm of the per-sentence 1 - cos
 SHARE_WEIGHT = 0.0  # sentence weight 1 + SHARE_WEIGHT * (old length - new length) / new length
-# Weight of the new token's own hidden state against the mean of its pieces' (relative MSE), 0: none.
-WORD_WEIGHT = 0.0
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -288,15 +286,6 @@ def outside(w: Window) -> tuple[list[int], list[int]]:
     return olds, news
 
 
-def inside(w: Window) -> list[tuple[int, list[int]]]:
-    """(new position, old positions of its pieces) of each new token in the window."""
-    out, shift = [], 0
-    for r in w.runs:
-        out.append((r.start - shift, list(range(r.start, r.start + r.length))))
-        shift += r.length - 1
-    return out
-
-
 def pool(h, mask, mode: str):
     """(B, hidden) sentence embeddings of hidden states h (B, T, hidden) as sentence-transformers pools them."""
     if mode == "cls":
@@ -352,7 +341,6 @@ def distill_encoder_rows(enc: _Encoder, windows: list[Window], teacher: tuple[li
     h2 = float(torch.cat([hs[i] for i in usable]).pow(2).sum(-1).mean()) if usable else 1.0
     new_ids = [w.new_ids(enc.n) for w in windows]
     kept = [w.kept if isinstance(w, Retokenized) else outside(w) for w in windows]
-    words = [[] if isinstance(w, Retokenized) else inside(w) for w in windows]
     shrink = [(len(w.old) - len(x)) / len(x) for w, x in zip(windows, new_ids)]
 
     def batch_loss(part, R):
@@ -368,13 +356,6 @@ def distill_encoder_rows(enc: _Encoder, windows: list[Window], teacher: tuple[li
             loss = loss + ((h[b, news] - hs[i][olds].to(enc.device)) ** 2).sum()
             count += len(olds)
         loss = loss / (max(count, 1) * h2)
-        if WORD_WEIGHT:
-            wl, wc = 0.0, 0
-            for b, i in enumerate(part):
-                for news, olds in words[i]:
-                    wl = wl + ((h[b, news] - hs[i][olds].to(enc.device).mean(0)) ** 2).sum()
-                    wc += 1
-            loss = loss + WORD_WEIGHT * wl / (max(wc, 1) * h2)
         if pooling.mode:
             p = pool(h, mask, pooling.mode)
             target = torch.stack([ps[i] for i in part]).to(enc.device)
@@ -431,14 +412,16 @@ def fit_encoder_rows(src: Path, kind: ModelKind, tokens: list[FitToken], roles: 
         else:
             windows = template_windows(tok, tokens, ends, limit, opts.contexts_per_word, opts.seed)
             report["contexts"] = {"source": "templates", "templates_per_word": opts.contexts_per_word}
-        if SHORT_PER_WORD:
-            windows += template_windows(tok, tokens, ends, limit, SHORT_PER_WORD, opts.seed + 1, SHORT_TEMPLATES)
-            report["contexts"]["short_templates_per_word"] = SHORT_PER_WORD
         report["contexts"].update(contexts_found(windows, tokens, "the sub-word mean"))
-        fit_windows = windows
+        # The input distillation also reads (the masked-LM head fit does not): short template sentences,
+        # the corpus's sentences that a new word retokenizes beyond its pieces, and plural templates.
+        fit_windows = list(windows)
+        if SHORT_PER_WORD:
+            fit_windows += template_windows(tok, tokens, ends, limit, SHORT_PER_WORD, opts.seed + 1, SHORT_TEMPLATES)
+            report["contexts"]["short_templates_per_word"] = SHORT_PER_WORD
         if opts.corpus is not None and RETOKENIZED:
             extra = retokenized_windows(text, tok, tokens, ends, limit, opts.contexts_per_word)
-            fit_windows = windows + extra
+            fit_windows += extra
             report["contexts"]["retokenized"] = len(extra)
         if PLURALS_PER_WORD:
             rng = np.random.default_rng(opts.seed + 2)
