@@ -221,6 +221,8 @@ def test_the_wordpiece_view_splits_text_as_the_edited_tokenizer_does(st_model, t
     assert ids == new(text.split(". ")[0] + ".").input_ids
     olds, news = w.kept
     assert [w.old[i] for i in olds] == [ids[i] for i in news] and len(olds) < len(w.old) - 4
+    plural = retokenized_windows(["The Gandalfs."], tok, tokens, special_ends(tok), 64, 2)  # a plural template
+    assert [p.new_ids(n) for p in plural] == [new("The Gandalfs.").input_ids]
 
 
 # ------------------------------------------------------------------ the done-when

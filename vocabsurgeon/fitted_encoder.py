@@ -16,7 +16,13 @@ the frozen model on the original tokenization:
 Contexts: the sentences of `--fit-corpus` that use the words (at most `contexts_per_word` per new
 token, cut to ENCODER_WINDOW tokens around the word) and CORPUS_TEMPLATES template sentences per word,
 or without a corpus `contexts_per_word` of TEMPLATES, simple sentences per word in a seeded order (an
-encoder cannot write its own contexts).
+encoder cannot write its own contexts). The input distillation also reads (the masked-LM head fit
+does not): SHORT_PER_WORD short template sentences per word (where a word of several pieces is a
+large share of the mean pooling), and, on a WordPiece tokenizer, the sentences where a new word
+starts a longer word, which the new tokenizer splits anew beyond the word's pieces ("urlopen":
+ur ##lo ##pen, then url ##open; `wordpiece_view` splits text as the edited tokenizer will): the
+corpus's (`retokenized_windows`, up to `contexts_per_word` per token) and PLURALS_PER_WORD plural
+templates per word.
 
 Text without new words is unchanged by construction: only the new rows are written.
 
@@ -73,14 +79,20 @@ TEMPLATES = (
     "Here is an example of {}.", "We need to understand {} better.", "Is {} important?",
     "She looked up {} in the manual.", "Everyone has heard of {}.",
 )
-# Short sentences, "{}" the word: where a word of several pieces is a large share of the mean pooling.
+# Short sentences, "{}" the word, SHORT_PER_WORD per word in a seeded order (input distillation only):
+# where a word of several pieces is a large share of the mean pooling, one token's hidden state
+# cannot carry that weight unless the other positions help, and the corpus has few such sentences.
 SHORT_TEMPLATES = ("{}.", "The {}.", "{} is used.", "Use {}.", "See {}.", "{} and more.")
-SHORT_PER_WORD = 0
-RETOKENIZED = False
-# Sentences with the word's plural ("{}" the word): WordPiece splits "formatters" as formatter ##s with the
-# new word, format ##ters without; the view gives both.
+SHORT_PER_WORD = 2
+# The corpus's sentences where a new word starts a longer word (WordPiece only; `retokenized_windows`).
+RETOKENIZED = True
+# Sentences with the word's plural, PLURALS_PER_WORD per word not ending in "s" (WordPiece only):
+# "formatters" is formatter ##s with the new word, format ##ters without. On all-MiniLM-L6-v2
+# (bench/encoder_bench.py, 100 words, held-out sentences) the short templates, these and the
+# retokenized sentences together raised the minimum cosine from 0.884 to 0.906 (mean 0.976 to 0.977);
+# see bench/RESULTS.md for each alone.
 PLURAL_TEMPLATES = ("The {}s.", "Use {}s.", "All {}s are listed here.", "Some {}s and others.")
-PLURALS_PER_WORD = 0
+PLURALS_PER_WORD = 2
 POOLED_NORM = 1.0  # the pooled term is the POOLED_NORM-norm of the per-sentence 1 - cos
 SHARE_WEIGHT = 0.0  # sentence weight 1 + SHARE_WEIGHT * (old length - new length) / new length
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -220,37 +232,39 @@ def wordpiece_view(tok, tokens: list[FitToken]):
     return view
 
 
-def retokenized_windows(text, tok, tokens: list[FitToken], ends, limit: int, per_token: int) -> list[Retokenized]:
-    """The sentences of `text` (as `sentence_windows` splits them) where a new word starts a longer word, so
-    that the new tokenizer also splits the rest of it anew, while that token has fewer than `per_token`;
-    whole sentences of at most `limit` tokens. Empty for tokenizers other than WordPiece."""
+def retokenized_windows(text: str | list[str], tok, tokens: list[FitToken], ends, limit: int,
+                        per_token: int) -> list[Retokenized]:
+    """The sentences of `text` (split as `sentence_windows` splits them, or a list of sentences) where a new
+    word starts a longer word, so that the new tokenizer splits the rest of it anew too, while a token
+    of the sentence has fewer than `per_token` of them (every new word of a kept sentence counts); whole
+    sentences of at most `limit` tokens with the special ends. Empty for tokenizers other than WordPiece."""
     view = wordpiece_view(tok, tokens)
     if view is None:
         return []
+    if isinstance(text, str):
+        text = [sentence for para in text.split("\n\n") if para.strip()
+                for sentence in _SENTENCE_END.split(" ".join(para.split()))]
     head, tail = ends
     counts = [0] * len(tokens)
     out = []
-    if isinstance(text, str):
-        text = [sen for para in text.split("\n\n") if para.strip() for sen in _SENTENCE_END.split(" ".join(para.split()))]
-    for para in [text]:
-        for sentence in para:
-            words = view(sentence)
-            changed = [(o, n) for o, n in words if n and n[0] < 0 and not (len(n) == 1 and tuple(o) == tokens[-1 - n[0]].pieces)]
-            if not changed or not any(counts[-1 - n[0]] < per_token for _, n in changed):
-                continue
-            old = [x for o, _ in words for x in o]
-            if old != encode(tok, sentence) or len(old) + len(head) + len(tail) > limit:
-                continue
-            olds, news, oi, ni = [], [], len(head), len(head)
-            for o, n in words:
-                if o == n:
-                    olds += range(oi, oi + len(o))
-                    news += range(ni, ni + len(n))
-                oi, ni = oi + len(o), ni + len(n)
-            out.append(Retokenized(head + old + tail, head + [x for _, n in words for x in n] + tail, (olds, news)))
-            for _, n in words:
-                if n and n[0] < 0:
-                    counts[-1 - n[0]] += 1
+    for sentence in text:
+        words = view(sentence)
+        changed = [n for o, n in words if n and n[0] < 0 and not (len(n) == 1 and tuple(o) == tokens[-1 - n[0]].pieces)]
+        if not any(counts[-1 - n[0]] < per_token for n in changed):
+            continue
+        old = [x for o, _ in words for x in o]
+        if old != encode(tok, sentence) or len(old) + len(head) + len(tail) > limit:
+            continue
+        olds, news, oi, ni = [], [], len(head), len(head)
+        for o, n in words:
+            if o == n:  # a word the new tokens leave alone keeps its hidden states
+                olds += range(oi, oi + len(o))
+                news += range(ni, ni + len(n))
+            oi, ni = oi + len(o), ni + len(n)
+        out.append(Retokenized(head + old + tail, head + [x for _, n in words for x in n] + tail, (olds, news)))
+        for _, n in words:
+            if n and n[0] < 0:
+                counts[-1 - n[0]] += 1
     return out
 
 
