@@ -93,8 +93,6 @@ RETOKENIZED = True
 # see bench/RESULTS.md for each alone.
 PLURAL_TEMPLATES = ("The {}s.", "Use {}s.", "All {}s are listed here.", "Some {}s and others.")
 PLURALS_PER_WORD = 2
-POOLED_NORM = 1.0  # the pooled term is the POOLED_NORM-norm of the per-sentence 1 - cos
-SHARE_WEIGHT = 0.0  # sentence weight 1 + SHARE_WEIGHT * (old length - new length) / new length
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -355,7 +353,6 @@ def distill_encoder_rows(enc: _Encoder, windows: list[Window], teacher: tuple[li
     h2 = float(torch.cat([hs[i] for i in usable]).pow(2).sum(-1).mean()) if usable else 1.0
     new_ids = [w.new_ids(enc.n) for w in windows]
     kept = [w.kept if isinstance(w, Retokenized) else outside(w) for w in windows]
-    shrink = [(len(w.old) - len(x)) / len(x) for w, x in zip(windows, new_ids)]
 
     def batch_loss(part, R):
         ids, mask = pad_batch([new_ids[i] for i in part], enc.pad, enc.device)
@@ -373,13 +370,7 @@ def distill_encoder_rows(enc: _Encoder, windows: list[Window], teacher: tuple[li
         if pooling.mode:
             p = pool(h, mask, pooling.mode)
             target = torch.stack([ps[i] for i in part]).to(enc.device)
-            d = (1 - torch.nn.functional.cosine_similarity(p, target, dim=-1)).clamp(min=0)
-            if SHARE_WEIGHT:
-                d = d * torch.tensor([1 + SHARE_WEIGHT * shrink[i] for i in part], device=d.device)
-            if POOLED_NORM != 1:
-                loss = loss + POOLED_WEIGHT * (d.pow(POOLED_NORM).mean() + 1e-12).pow(1 / POOLED_NORM)
-            else:
-                loss = loss + POOLED_WEIGHT * d.mean()
+            loss = loss + POOLED_WEIGHT * (1 - torch.nn.functional.cosine_similarity(p, target, dim=-1)).mean()
         return loss
 
     rms = float(enc.E.float().pow(2).mean().sqrt())
