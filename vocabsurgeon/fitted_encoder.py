@@ -16,13 +16,12 @@ the frozen model on the original tokenization:
 Contexts: the sentences of `--fit-corpus` that use the words (at most `contexts_per_word` per new
 token, cut to ENCODER_WINDOW tokens around the word) and CORPUS_TEMPLATES template sentences per word,
 or without a corpus `contexts_per_word` of TEMPLATES, simple sentences per word in a seeded order (an
-encoder cannot write its own contexts). The input distillation also reads (the masked-LM head fit
-does not): SHORT_PER_WORD short template sentences per word (where a word of several pieces is a
-large share of the mean pooling), and, on a WordPiece tokenizer, the sentences where a new word
-starts a longer word, which the new tokenizer splits anew beyond the word's pieces ("urlopen":
-ur ##lo ##pen, then url ##open; `wordpiece_view` splits text as the edited tokenizer will): the
-corpus's (`retokenized_windows`, up to `contexts_per_word` per token) and PLURALS_PER_WORD plural
-templates per word.
+encoder cannot write its own contexts). On a WordPiece tokenizer the input distillation also reads
+(the masked-LM head fit does not) the sentences where a new word starts a longer word, which the
+new tokenizer splits anew beyond the word's pieces ("urlopen": ur ##lo ##pen, then url ##open;
+`wordpiece_view` splits text as the edited tokenizer will): the corpus's (`retokenized_windows`, up
+to `contexts_per_word` per token) and PLURALS_PER_WORD plural templates per word. Their hidden-state
+target is every word the new tokens leave alone.
 
 Text without new words is unchanged by construction: only the new rows are written.
 
@@ -79,18 +78,13 @@ TEMPLATES = (
     "Here is an example of {}.", "We need to understand {} better.", "Is {} important?",
     "She looked up {} in the manual.", "Everyone has heard of {}.",
 )
-# Short sentences, "{}" the word, SHORT_PER_WORD per word in a seeded order (input distillation only):
-# where a word of several pieces is a large share of the mean pooling, one token's hidden state
-# cannot carry that weight unless the other positions help, and the corpus has few such sentences.
-SHORT_TEMPLATES = ("{}.", "The {}.", "{} is used.", "Use {}.", "See {}.", "{} and more.")
-SHORT_PER_WORD = 2
 # The corpus's sentences where a new word starts a longer word (WordPiece only; `retokenized_windows`).
 RETOKENIZED = True
 # Sentences with the word's plural, PLURALS_PER_WORD per word not ending in "s" (WordPiece only):
 # "formatters" is formatter ##s with the new word, format ##ters without. On all-MiniLM-L6-v2
-# (bench/encoder_bench.py, 100 words, held-out sentences) the short templates, these and the
-# retokenized sentences together raised the minimum cosine from 0.884 to 0.906 (mean 0.976 to 0.977);
-# see bench/RESULTS.md for each alone.
+# (bench/encoder_bench.py, 100 words, held-out sentences) these and the retokenized sentences together
+# raised the minimum cosine from 0.884 to 0.904 (seed 0; 0.909 with seed 2), each alone to 0.881 and
+# 0.887; short template sentences ("{}.", "Use {}.") added nothing robust (bench/RESULTS.md).
 PLURAL_TEMPLATES = ("The {}s.", "Use {}s.", "All {}s are listed here.", "Some {}s and others.")
 PLURALS_PER_WORD = 2
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -266,16 +260,15 @@ def retokenized_windows(text: str | list[str], tok, tokens: list[FitToken], ends
     return out
 
 
-def template_windows(tok, tokens: list[FitToken], ends, limit: int, per_token: int, seed: int,
-                     templates: tuple[str, ...] = TEMPLATES) -> list[Window]:
-    """`per_token` of `templates` per new token, in a seeded order, with the word's text in place of "{}"."""
+def template_windows(tok, tokens: list[FitToken], ends, limit: int, per_token: int, seed: int) -> list[Window]:
+    """`per_token` of TEMPLATES per new token, in a seeded order, with the word's text in place of "{}"."""
     rng = np.random.default_rng(seed)
     out = []
     for t in tokens:
         if not t.pieces:
             continue
-        for i in rng.permutation(len(templates))[:per_token]:
-            ids = encode(tok, templates[i].format(t.form.strip()))
+        for i in rng.permutation(len(TEMPLATES))[:per_token]:
+            ids = encode(tok, TEMPLATES[i].format(t.form.strip()))
             runs = [r for r in find_runs(ids, tokens) if tokens[r.j] == t] or find_runs(ids, tokens)
             if runs:  # a form that only exists after a space (byte-level " Frodo") at a sentence start: no run
                 w = _window(ids, runs[0].start, runs[0].length, ends, limit, tokens)
@@ -342,7 +335,7 @@ def _teach(enc: _Encoder, windows: list[Window], pooling: Pooling, batch: int, s
     return hs, ps
 
 
-def distill_encoder_rows(enc: _Encoder, windows: list[Window], teacher: tuple[list, list], start, pooling: Pooling,
+def distill_encoder_rows(enc: _Encoder, windows: list[Window | Retokenized], teacher: tuple[list, list], start, pooling: Pooling,
                          opts: FitOptions, say: Steps, passes: int = ENCODER_PASSES):
     """Input rows such that the encoder reading the new tokens keeps the hidden states of every other
     position and the sentence embedding it gives on the words' pieces (see the module docstring)."""
@@ -418,12 +411,9 @@ def fit_encoder_rows(src: Path, kind: ModelKind, tokens: list[FitToken], roles: 
             windows = template_windows(tok, tokens, ends, limit, opts.contexts_per_word, opts.seed)
             report["contexts"] = {"source": "templates", "templates_per_word": opts.contexts_per_word}
         report["contexts"].update(contexts_found(windows, tokens, "the sub-word mean"))
-        # The input distillation also reads (the masked-LM head fit does not): short template sentences,
-        # the corpus's sentences that a new word retokenizes beyond its pieces, and plural templates.
+        # The input distillation also reads (the masked-LM head fit does not) the corpus's sentences that a
+        # new word retokenizes beyond its pieces, and plural templates (WordPiece only).
         fit_windows = list(windows)
-        if SHORT_PER_WORD:
-            fit_windows += template_windows(tok, tokens, ends, limit, SHORT_PER_WORD, opts.seed + 1, SHORT_TEMPLATES)
-            report["contexts"]["short_templates_per_word"] = SHORT_PER_WORD
         if opts.corpus is not None and RETOKENIZED:
             extra = retokenized_windows(text, tok, tokens, ends, limit, opts.contexts_per_word)
             fit_windows += extra
