@@ -194,6 +194,37 @@ def test_template_contexts_are_seeded_and_hold_the_word(st_model):
     assert len(a) == 8 and all(w.runs and w.old[0] == tok.cls_token_id for w in a)
 
 
+def test_the_wordpiece_view_splits_text_as_the_edited_tokenizer_does(st_model, tmp_path):
+    """A new word that starts a longer word ("frodos", "gandalfian") changes the rest of its pieces too:
+    the view reproduces the written tokenizer there, and those sentences become retokenized contexts."""
+    from transformers import AutoTokenizer
+
+    from vocabsurgeon.fitted_encoder import retokenized_windows, special_ends, wordpiece_view
+
+    tok = AutoTokenizer.from_pretrained(st_model)
+    words = ["Frodo", "Gandalf", "Mordor"]
+    add_tokens(st_model, tmp_path / "out", words, init="mean")
+    new = AutoTokenizer.from_pretrained(tmp_path / "out")
+    n = len(tok)
+    tokens = [FitToken(w, tuple(tok(w, add_special_tokens=False).input_ids)) for w in words]
+    view = wordpiece_view(tok, tokens)
+    text = ("Frodo's friends: the Frodos, the Gandalfian staff and Mordorish ash. Frodo went home. "
+            "Sam saw nothing.")
+    for s in [text] + _sentences((FIXTURES / "corpus_lotr.txt").read_text(encoding="utf-8"))[:40]:
+        split = view(s)
+        assert [x for o, _ in split for x in o] == tok(s, add_special_tokens=False).input_ids
+        assert [n - 1 - x if x < 0 else x for _, m in split for x in m] == new(s, add_special_tokens=False).input_ids
+    got = retokenized_windows(text, tok, tokens, special_ends(tok), 64, 8)
+    assert len(got) == 1  # the first sentence; "Frodo went home." is an ordinary context
+    w = got[0]
+    ids = w.new_ids(n)
+    assert ids == new(text.split(". ")[0] + ".").input_ids
+    olds, news = w.kept
+    assert [w.old[i] for i in olds] == [ids[i] for i in news] and len(olds) < len(w.old) - 4
+    plural = retokenized_windows(["The Gandalfs."], tok, tokens, special_ends(tok), 64, 2)  # a plural template
+    assert [p.new_ids(n) for p in plural] == [new("The Gandalfs.").input_ids]
+
+
 # ------------------------------------------------------------------ the done-when
 
 
