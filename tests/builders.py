@@ -136,7 +136,10 @@ def _wordpiece_vocab(lowercase: bool) -> dict:
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     tok.train_from_iterator(training_text(), trainers.WordPieceTrainer(**_special_ids(600, specials)))
-    return json.loads(tok.to_str())["model"]["vocab"]
+    # the trainer breaks ties between equal counts in a per-process order (the same tokens, other ids):
+    # ids in a fixed order, so a seeded model built on it is the same model in every run
+    learnt = sorted(t for t in json.loads(tok.to_str())["model"]["vocab"] if t not in specials)
+    return {t: i for i, t in enumerate(specials + learnt)}
 
 
 def make_tokenizer(name: str):
