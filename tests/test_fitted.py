@@ -314,7 +314,8 @@ def test_cli_add_fitted_records_the_fit(split, tmp_path):
     out = tmp_path / "out"
     res = CliRunner().invoke(cli, ["add", "--tokens", str(FIXTURES / "lotr.txt"), "--init", "fitted",
                                    "--fit-corpus", str(fit), "--fit-steps", "5", "--fit-output-steps", "10",
-                                   "--fit-depth", "1", "--no-validate", "--json", "--quiet",
+                                   "--fit-depth", "1", "--fit-l2", "0.5", "--fit-context-tokens", "24",
+                                   "--no-validate", "--json", "--quiet",
                                    str(FIXTURES / "llama-tiny"), str(out)])
     assert res.exit_code == 0, res.output
     d = json.loads(res.stdout)
@@ -322,6 +323,7 @@ def test_cli_add_fitted_records_the_fit(split, tmp_path):
     f = d["fitted"]
     assert f["contexts"]["name"] == "fit.txt" and f["input"]["steps"] <= 5 and f["output"]["target"] == "corpus"
     assert f["input"]["depth"] == {"share": 1.0, "layers": 2, "of": 2}  # --fit-depth 1: the last layer
+    assert f["output"]["l2"] == 0.5 and f["context_tokens"] == 24
     card = (out / "README.md").read_text()
     assert "fit.txt" in card and f["contexts"]["sha256"] in card
     # both old-text KL figures (as fitted, as written) and the shrink factor, in --json and the card

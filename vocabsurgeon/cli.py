@@ -144,7 +144,7 @@ def _strategies_in_help(fn):
 def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, seed, special, strict, pad_to_multiple_of,
         link, no_fsync, force, device, embedding_key, lm_head_key, dry_run, as_json, reuse_reserved, no_validate,
         revision, hf_token, push_to, push_revision, private, create_pr, message, untie, fit_corpus, fit_contexts,
-        fit_steps, fit_depth, fit_output_steps, fit_kl_limit, **validation):
+        fit_steps, fit_depth, fit_context_tokens, fit_output_steps, fit_l2, fit_kl_limit, **validation):
     """Add tokens to the checkpoint SRC and write the new checkpoint to OUT.
 
     SRC is a checkpoint directory or a Hub repo id (org/name, at --revision); a local directory
@@ -185,7 +185,8 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
         link=link, fsync=not no_fsync, force=force, device=device, embedding_key=embedding_key, lm_head_key=lm_head_key,
         pad_to_multiple_of=pad_to_multiple_of, reuse_reserved=reuse_reserved, strict=strict, untie=untie,
         fit_corpus=fit_corpus, fit_contexts=fit_contexts, fit_steps=fit_steps, fit_depth=fit_depth,
-        fit_output_steps=fit_output_steps, fit_kl_limit=fit_kl_limit,
+        fit_context_tokens=fit_context_tokens, fit_output_steps=fit_output_steps, fit_l2=fit_l2,
+        fit_kl_limit=fit_kl_limit,
     ).check()
     validation_opts = validation_options_of(validation, seed=seed, device=device)
     if no_validate and validation_opts.plot:

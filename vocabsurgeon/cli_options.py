@@ -222,8 +222,14 @@ def fit_options(fn):
                      help="--init fitted, causal LMs: the share of the layers after which the input-row "
                           "distillation matches hidden states; each step runs only those layers. 1: the last "
                           "layer (slower). Default: 0.2."),
+        click.option("--fit-context-tokens", default=32, show_default=True, type=click.IntRange(min=8),
+                     help="--init fitted, causal LMs: tokens per context window around a word (capped by the "
+                          "model's context)."),
         click.option("--fit-output-steps", default=100, show_default=True, type=click.IntRange(min=1),
                      help="--init fitted: L-BFGS iterations of the output-row fit."),
+        click.option("--fit-l2", type=click.FloatRange(min=0),
+                     help="--init fitted: weight of the L2 pull of the fitted output rows toward their start "
+                          "(logit units). Default: 0.3 (a masked-LM head: 0.1, toward the distilled input rows)."),
         click.option("--fit-kl-limit", type=click.FloatRange(min=0),
                      help="--init fitted: the held-out old-text KL mean (nats) the fitted output rows are shrunk "
                           "toward the mean row to keep (a masked-LM head: its fitted new bias entries are lowered). "
