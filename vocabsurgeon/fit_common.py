@@ -54,9 +54,10 @@ class FitOptions:
     # of the time: the forward pass over the contexts is most of a kept-tied fit.
     context_tokens: int = 32
     input_steps: int | None = None  # Adam steps of the input distillation, at most (None: `passes` decide)
-    # Passes over the windows, at most; a pass that gains < 1% on held-out windows stops it. None: 3 on
-    # a causal LM (a pass is a forward and backward over every window: minutes on a real model), 10 on an
-    # encoder (sentences through a small model; see fitted_encoder.ENCODER_PASSES).
+    # Passes over the windows, at most; a pass that gains < 1% on held-out windows stops it. None: on a
+    # causal LM 6 through the first layers (fitted.DEPTH_PASSES), 3 through all of them (`depth` 1: a
+    # pass is a forward and backward over every window, minutes on a real model); 10 on an encoder
+    # (sentences through a small model; see fitted_encoder.ENCODER_PASSES).
     passes: int | None = None
     # Share of a causal model's layers after which distillation matches hidden states (None:
     # fitted.DISTILL_DEPTH; 1: the last hidden state, every layer run at every step).

@@ -21,6 +21,8 @@ result. Nothing else in the model changes.
 - Input rows, distillation (AweDist, 2025). The model reading the new token must give the hidden
   states it gives on the word's pieces, at the positions that follow; Adam over the new rows only,
   starting from the sub-word mean, in passes over the windows until held-out windows stop gaining.
+  The hidden states are those after the first fifth of the layers (DISTILL_DEPTH, layer_tap.py):
+  each step runs only those layers.
 - Contexts: windows of a corpus that use the words (at most `contexts_per_word` per token), or,
   without a corpus, text the model generates after a few prompts per word (seeded). The frozen
   model runs over them once (`_teach`); both fits read that pass.
