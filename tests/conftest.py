@@ -43,3 +43,23 @@ def one_thread():
     yield
     torch.set_num_threads(threads)
 
+
+
+@pytest.fixture(scope="module", params=["gpt2-tiny", "llama-tiny"])
+def fit_setup(request):
+    """For the distillation tests, per committed fixture (GPT-2: learned positions; Llama: rotary, a BOS
+    prefix): (model, windows of corpus_lotr.txt that use four names, the teacher pass over them, the
+    names as FitTokens, their sub-word mean rows)."""
+    from vocabsurgeon import fitted
+    from vocabsurgeon.runtime import load_tokenizer, loaded_model
+
+    src = FIXTURES / request.param
+    tok = load_tokenizer(src)
+    forms = (" Frodo", " Gandalf", " Samwise", " Mordor")
+    tokens = [fitted.FitToken(f, tuple(tok(f, add_special_tokens=False).input_ids)) for f in forms]
+    with loaded_model(src, "cpu", fitted.check_kind(src), remedy="") as lm:
+        m = fitted._Model(lm, tok)
+        text = (FIXTURES / "corpus_lotr.txt").read_text(encoding="utf-8")
+        windows = fitted.word_windows(text, tok, m.prefix, tokens, 32, 8)
+        teacher = fitted._teach(m, windows, 8, lambda *a: None)
+        yield m, windows, teacher, tokens, fitted.subword_mean(m.E, tokens)

@@ -11,10 +11,10 @@ import torch
 
 from vocabsurgeon import fit_common, fitted
 from vocabsurgeon.errors import InputError
-from vocabsurgeon.fitted import FitToken, word_windows
+from vocabsurgeon.fitted import FitToken
 from vocabsurgeon.modelcard import model_card_text
 from vocabsurgeon.layer_tap import LayerTap, decoder_layers, final_norm, layers_for
-from vocabsurgeon.runtime import load_tokenizer, loaded_model
+from vocabsurgeon.runtime import load_tokenizer
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 FORMS = (" Frodo", " Gandalf", " Samwise", " Mordor")
@@ -22,22 +22,8 @@ FORMS = (" Frodo", " Gandalf", " Samwise", " Mordor")
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module", params=["gpt2-tiny", "llama-tiny"])
-def setup(request):
-    """(model, windows that use the words, the first new position of each, sub-word mean rows) of a fixture."""
-    src = FIXTURES / request.param
-    tok = load_tokenizer(src)
-    tokens = [FitToken(f, tuple(tok(f, add_special_tokens=False).input_ids)) for f in FORMS]
-    with loaded_model(src, "cpu", fitted.check_kind(src), remedy="") as lm:
-        m = fitted._Model(lm, tok)
-        text = (FIXTURES / "corpus_lotr.txt").read_text(encoding="utf-8")
-        windows = word_windows(text, tok, m.prefix, tokens, 32, 8)
-        first = {i: w.runs[0].start for i, w in enumerate(windows) if w.runs}
-        yield m, windows, first, fitted.subword_mean(m.E, tokens)
-
-
-def test_the_decoder_layers_are_found_and_a_share_of_them_chosen(setup):
-    m = setup[0]
+def test_the_decoder_layers_are_found_and_a_share_of_them_chosen(fit_setup):
+    m = fit_setup[0]
     base = m.model.base_model
     layers = decoder_layers(base)
     assert layers is not None and len(layers) == m.model.config.num_hidden_layers == 2
@@ -46,8 +32,8 @@ def test_the_decoder_layers_are_found_and_a_share_of_them_chosen(setup):
         layers_for(base, 0.0)
 
 
-def test_the_tap_reads_the_layer_transformers_reports_and_stops_there(setup):
-    m, windows, *_ = setup
+def test_the_tap_reads_the_layer_transformers_reports_and_stops_there(fit_setup):
+    m, windows, *_ = fit_setup
     base = m.model.base_model
     ids, mask = fitted.pad_batch([w.old for w in windows[:4]], 0, m.device)
     with torch.no_grad():
@@ -69,8 +55,9 @@ def test_the_tap_reads_the_layer_transformers_reports_and_stops_there(setup):
     assert [len(layer._forward_hooks) for layer in decoder_layers(base)] == hooks  # the tap leaves no hook behind
 
 
-def test_distillation_at_a_depth_gives_the_same_rows_on_the_cache_and_on_full_windows(setup, monkeypatch):
-    m, windows, first, sub = setup
+def test_distillation_at_a_depth_gives_the_same_rows_on_the_cache_and_on_full_windows(fit_setup, monkeypatch):
+    m, windows, _, _, sub = fit_setup
+    first = {i: w.runs[0].start for i, w in enumerate(windows) if w.runs}
     teacher = fitted._teach(m, windows, 8, lambda *a: None, keep=first, depth=1)
     assert all(t.shape == h.shape for t, h in zip(teacher.at_depth, teacher.h))
     plain = fit_common.length_batches  # the same batches on both paths

@@ -11,9 +11,7 @@ import pytest
 import torch
 
 from vocabsurgeon import fit_common, fitted
-from vocabsurgeon.fitted import FitToken, word_windows
 from vocabsurgeon.prefix_cache import PrefixCache
-from vocabsurgeon.runtime import load_tokenizer, loaded_model
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 FORMS = (" Frodo", " Gandalf", " Samwise", " Mordor")
@@ -22,27 +20,13 @@ FORMS = (" Frodo", " Gandalf", " Samwise", " Mordor")
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module", params=["gpt2-tiny", "llama-tiny"])
-def setup(request):
-    """(model, windows that use the words, teacher pass, tokens, sub-word mean rows) of a fixture."""
-    src = FIXTURES / request.param
-    tok = load_tokenizer(src)
-    tokens = [FitToken(f, tuple(tok(f, add_special_tokens=False).input_ids)) for f in FORMS]
-    with loaded_model(src, "cpu", fitted.check_kind(src), remedy="") as lm:
-        m = fitted._Model(lm, tok)
-        text = (FIXTURES / "corpus_lotr.txt").read_text(encoding="utf-8")
-        windows = word_windows(text, tok, m.prefix, tokens, 32, 8)
-        teacher = fitted._teach(m, windows, 8, lambda *a: None)
-        yield m, windows, teacher, tokens, fitted.subword_mean(m.E, tokens)
-
-
-def _distill(setup, steps=12):
-    m, windows, teacher, _, sub = setup
+def _distill(fit_setup, steps=12):
+    m, windows, teacher, _, sub = fit_setup
     return fitted.distill_input_rows(m, windows, teacher, sub, steps, 8, 0.1, 0, lambda *a: None, 3)
 
 
-def test_the_rest_of_a_window_after_its_cached_start_reads_as_in_the_full_window(setup):
-    m, windows, *_ = setup
+def test_the_rest_of_a_window_after_its_cached_start_reads_as_in_the_full_window(fit_setup):
+    m, windows, *_ = fit_setup
     # starts of every length, 0 (nothing cached) included, in one batch: each left-padded to the longest
     cuts = {i: min(len(w.old) - 1, i * 3) for i, w in enumerate(windows[:6])}
     cache = PrefixCache.run(m.model.base_model, {i: windows[i].old[:c] for i, c in cuts.items()}, 4, m.device)
@@ -57,8 +41,8 @@ def test_the_rest_of_a_window_after_its_cached_start_reads_as_in_the_full_window
             assert PrefixCache.agrees(got[b, :len(rest[b])], want, tol=1e-5), (i, cuts[i])
 
 
-def test_the_teacher_pass_keeps_the_prefixes_distillation_reads_so_they_are_not_run_again(setup, monkeypatch):
-    m, windows, _, _, sub = setup
+def test_the_teacher_pass_keeps_the_prefixes_distillation_reads_so_they_are_not_run_again(fit_setup, monkeypatch):
+    m, windows, _, _, sub = fit_setup
     first = {i: w.runs[0].start for i, w in enumerate(windows) if w.runs}
     teacher = fitted._teach(m, windows, 8, lambda *a: None, keep=first)
     assert set(teacher.prefix_kv) == set(first)
@@ -76,37 +60,37 @@ def test_the_teacher_pass_keeps_the_prefixes_distillation_reads_so_they_are_not_
     assert report["prefix_cache"] is True and torch.isfinite(rows).all()
 
 
-def test_distillation_runs_on_the_cache_and_gives_the_rows_of_full_windows(setup, monkeypatch):
+def test_distillation_runs_on_the_cache_and_gives_the_rows_of_full_windows(fit_setup, monkeypatch):
     # the same batches on both paths (length batching would group them by the lengths each path runs)
     plain = fit_common.length_batches
     monkeypatch.setattr(fit_common, "length_batches", lambda order, batch, lengths, rng: plain(order, batch, None, rng))
-    rows, report = _distill(setup)
+    rows, report = _distill(fit_setup)
     assert report["prefix_cache"] is True and report["steps"] >= 6
     monkeypatch.setattr(fitted, "_checked_prefix_cache", lambda *a, **k: None)
-    full_rows, full_report = _distill(setup)
+    full_rows, full_report = _distill(fit_setup)
     assert full_report["prefix_cache"] is False
     # the same math in other matrix shapes: equal to float32 rounding, after the same Adam steps
     assert torch.allclose(rows, full_rows, rtol=0, atol=1e-5 * float(full_rows.abs().max()))
     assert full_report["held_out_loss"] == pytest.approx(report["held_out_loss"], rel=1e-4)
 
 
-def test_a_cache_that_disagrees_with_full_windows_is_not_used(setup, monkeypatch):
+def test_a_cache_that_disagrees_with_full_windows_is_not_used(fit_setup, monkeypatch):
     monkeypatch.setattr(fitted, "_checked_prefix_cache", lambda *a, **k: None)
-    full_rows, _ = _distill(setup, steps=4)
+    full_rows, _ = _distill(fit_setup, steps=4)
     monkeypatch.undo()
     real = PrefixCache.hidden
     monkeypatch.setattr(PrefixCache, "hidden", lambda self, *a: real(self, *a) + 1e-2)  # a wrong cache
-    rows, report = _distill(setup, steps=4)
+    rows, report = _distill(fit_setup, steps=4)
     assert report["prefix_cache"] is False
     assert torch.equal(rows, full_rows)
 
 
-def test_a_model_that_cannot_take_a_cache_distills_on_full_windows(setup, monkeypatch):
+def test_a_model_that_cannot_take_a_cache_distills_on_full_windows(fit_setup, monkeypatch):
     def broken(self, *a, **k):
         raise TypeError("unexpected keyword argument 'cache'")
 
     monkeypatch.setattr(PrefixCache, "__init__", broken)
-    rows, report = _distill(setup, steps=4)
+    rows, report = _distill(fit_setup, steps=4)
     assert report["prefix_cache"] is False and torch.isfinite(rows).all()
 
 
