@@ -108,23 +108,27 @@ def fit(src: Path, words: list[str], text: Path, mode: str, steps: int) -> None:
     import vocabsurgeon
     from vocabsurgeon import fitted
 
-    saved = {k: getattr(fitted, k) for k in ("_checked_prefix_cache", "full_hidden") if hasattr(fitted, k)}
+    # the module that runs the distillation (fitted.py before distill.py was split out of it)
+    where = sys.modules[fitted.distill_input_rows.__module__]
+    saved = {k: getattr(where, k) for k in ("_checked_prefix_cache", "full_hidden") if hasattr(where, k)}
     if mode in ("full", "plain"):
-        fitted._checked_prefix_cache = lambda *a, **k: None
+        where._checked_prefix_cache = lambda *a, **k: None
     if mode == "plain":  # full windows, the backward through every position (before the fix)
-        fitted.full_hidden = lambda base, emb, mask, starts: base(inputs_embeds=emb, attention_mask=mask,
-                                                                   use_cache=False).last_hidden_state
+        where.full_hidden = lambda base, emb, mask, starts: base(inputs_embeds=emb, attention_mask=mask,
+                                                                  use_cache=False).last_hidden_state
     tok = AutoTokenizer.from_pretrained(src)
     tokens = [fitted.FitToken(" " + w, tuple(tok(" " + w, add_special_tokens=False).input_ids)) for w in words]
     opts = fitted.FitOptions(corpus=str(text), input_steps=steps)
     if hasattr(opts, "passes"):
         opts.passes = 1
+    if hasattr(opts, "depth"):  # the NaN came from the backward through all the layers
+        opts.depth = 1.0
     t0 = time.perf_counter()
     try:
         r = fitted.fit_rows(src, tokens, {"input"}, opts)
     finally:
         for k, v in saved.items():
-            setattr(fitted, k, v)
+            setattr(where, k, v)
     rows = torch.from_numpy(r.input_rows)
     inp = r.report.get("input", {})
     print(f"{mode} ({Path(vocabsurgeon.__file__).parent.parent}): {r.report['contexts']['windows']} windows, "

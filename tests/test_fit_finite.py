@@ -18,7 +18,7 @@ import torch
 from builders import bytelevel_tokenizer, save_checkpoint, training_text
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from vocabsurgeon import fitted
+from vocabsurgeon import distill, fitted
 from vocabsurgeon.fitted import FitToken, word_windows
 from vocabsurgeon.prefix_cache import PrefixCache, full_hidden
 from vocabsurgeon.runtime import load_tokenizer, loaded_model
@@ -98,7 +98,7 @@ def test_the_zero_first_position_overflows_the_plain_backward_and_not_the_cut_on
 def test_distillation_on_a_zero_first_position_skips_no_step(setup, monkeypatch, cached):
     m, windows, teacher, sub = setup
     if not cached:
-        monkeypatch.setattr(fitted, "_checked_prefix_cache", lambda *a, **k: None)
+        monkeypatch.setattr(distill, "_checked_prefix_cache", lambda *a, **k: None)
     rows, report = fitted.distill_input_rows(m, windows, teacher, sub, 6, 8, 0.1, 0, lambda *a: None, 1)
     assert report["prefix_cache"] is cached
     assert report["steps"] >= 3 and report["skipped_steps"] == 0

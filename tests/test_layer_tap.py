@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vocabsurgeon import fit_common, fitted
+from vocabsurgeon import distill, fit_common, fitted
 from vocabsurgeon.errors import InputError
 from vocabsurgeon.fitted import FitToken
 from vocabsurgeon.modelcard import model_card_text
@@ -63,14 +63,14 @@ def test_distillation_at_a_depth_gives_the_same_rows_on_the_cache_and_on_full_wi
     plain = fit_common.length_batches  # the same batches on both paths
     monkeypatch.setattr(fit_common, "length_batches", lambda order, batch, lengths, rng: plain(order, batch, None, rng))
 
-    def distill():
+    def run():
         return fitted.distill_input_rows(m, windows, teacher, sub, 12, 8, 0.1, 0, lambda *a: None, 3, depth=1)
 
-    rows, report = distill()
+    rows, report = run()
     assert report["prefix_cache"] is True and report["skipped_steps"] == 0 and report["steps"] >= 6
     assert report["held_out_loss"][-1] < report["held_out_loss"][0]
-    monkeypatch.setattr(fitted, "_checked_prefix_cache", lambda *a, **k: None)
-    full_rows, full_report = distill()
+    monkeypatch.setattr(distill, "_checked_prefix_cache", lambda *a, **k: None)
+    full_rows, full_report = run()
     assert full_report["prefix_cache"] is False
     assert torch.allclose(rows, full_rows, rtol=0, atol=1e-5 * float(full_rows.abs().max()))
 

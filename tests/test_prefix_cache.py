@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vocabsurgeon import fit_common, fitted
+from vocabsurgeon import distill, fit_common, fitted
 from vocabsurgeon.prefix_cache import PrefixCache
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -66,7 +66,7 @@ def test_distillation_runs_on_the_cache_and_gives_the_rows_of_full_windows(fit_s
     monkeypatch.setattr(fit_common, "length_batches", lambda order, batch, lengths, rng: plain(order, batch, None, rng))
     rows, report = _distill(fit_setup)
     assert report["prefix_cache"] is True and report["steps"] >= 6
-    monkeypatch.setattr(fitted, "_checked_prefix_cache", lambda *a, **k: None)
+    monkeypatch.setattr(distill, "_checked_prefix_cache", lambda *a, **k: None)
     full_rows, full_report = _distill(fit_setup)
     assert full_report["prefix_cache"] is False
     # the same math in other matrix shapes: equal to float32 rounding, after the same Adam steps
@@ -75,7 +75,7 @@ def test_distillation_runs_on_the_cache_and_gives_the_rows_of_full_windows(fit_s
 
 
 def test_a_cache_that_disagrees_with_full_windows_is_not_used(fit_setup, monkeypatch):
-    monkeypatch.setattr(fitted, "_checked_prefix_cache", lambda *a, **k: None)
+    monkeypatch.setattr(distill, "_checked_prefix_cache", lambda *a, **k: None)
     full_rows, _ = _distill(fit_setup, steps=4)
     monkeypatch.undo()
     real = PrefixCache.hidden

@@ -350,7 +350,7 @@ def distill_encoder_rows(enc: _Encoder, windows: list[Window | Retokenized], tea
     def batch_loss(part, R):
         ids, mask = pad_batch([new_ids[i] for i in part], enc.pad, enc.device)
         emb = enc.E[ids.clamp(max=enc.n - 1)]
-        where = (ids >= enc.n).nonzero(as_tuple=True)  # as fitted.distill_input_rows: a one-hot product, deterministic
+        where = (ids >= enc.n).nonzero(as_tuple=True)  # as distill.distill_input_rows: a one-hot product, deterministic
         pick = torch.nn.functional.one_hot(ids[where] - enc.n, R.shape[0]).to(R.dtype)
         emb = emb.index_put(where, (pick @ R).to(emb.dtype))
         h = enc.hidden(None, mask, embeds=emb).float()

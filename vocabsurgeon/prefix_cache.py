@@ -1,6 +1,6 @@
 """The frozen start of each distillation window, run once: its keys and values, reused at every step.
 
-Input distillation (fitted.distill_input_rows) runs the causal model over every window in its new
+Input distillation (distill.distill_input_rows) runs the causal model over every window in its new
 tokenization at each Adam step. The positions before a window's first new token read old ids only,
 so their keys and values are the same at every step: computing them once, then running each step on
 the rest of the window (from the first new token) is exact, the same attention over the same keys
