@@ -195,35 +195,28 @@ class Retokenized:
 def wordpiece_view(tok, tokens: list[FitToken]):
     """For a WordPiece tokenizer, a function: text -> [(old ids, new ids)] per pre-tokenized word, as the
     tokenizer with the new words in its vocabulary (at a word's start) splits it (a new token j as -1 - j);
-    None for other tokenizers, or where the view does not reproduce the old tokenizer's ids."""
+    None for other tokenizers. Both splits are the `tokenizers` WordPiece model's own, the new one with
+    the new words added to a copy of its vocabulary."""
+    from tokenizers import models
+
     backend = getattr(tok, "backend_tokenizer", None)
     model = getattr(backend, "model", None)
     if model is None or type(model).__name__ != "WordPiece" or backend.pre_tokenizer is None:
         return None
     vocab = tok.get_vocab()
-    prefix, unk = model.continuing_subword_prefix, vocab.get(model.unk_token)
+    n = max(vocab.values()) + 1
     norm = backend.normalizer.normalize_str if backend.normalizer is not None else (lambda x: x)
-    forms = {norm(t.form.strip()): j for j, t in enumerate(tokens) if t.pieces}
+    forms = {norm(t.form.strip()): n + j for j, t in enumerate(tokens) if t.pieces}
+    edited = models.WordPiece({**vocab, **{f: i for f, i in forms.items() if f not in vocab}},
+                              unk_token=model.unk_token, continuing_subword_prefix=model.continuing_subword_prefix,
+                              max_input_chars_per_word=model.max_input_chars_per_word)
 
-    def split(word: str, new: bool) -> list[int]:
-        out, i = [], 0
-        while i < len(word):
-            for e in range(len(word), i, -1):
-                piece = word[i:e] if i == 0 else prefix + word[i:e]
-                if new and i == 0 and piece in forms:  # longest first: no longer old piece matched
-                    out.append(-1 - forms[piece])
-                    break
-                if piece in vocab:
-                    out.append(vocab[piece])
-                    break
-            else:
-                return [unk]
-            i = e
-        return out
+    def split(m, word: str) -> list[int]:
+        return [t.id if t.id < n else n - 1 - t.id for t in m.tokenize(word)]
 
     def view(text: str):
         words = backend.pre_tokenizer.pre_tokenize_str(norm(text))
-        return [(split(w, False), split(w, True)) for w, _ in words]
+        return [(split(model, w), split(edited, w)) for w, _ in words]
     return view
 
 
