@@ -57,6 +57,18 @@ def layers_for(base_model, share: float) -> int | None:
     return max(1, min(len(layers), round(share * len(layers))))
 
 
+def cut_before(h, starts: list[int]) -> None:
+    """Stop the backward through `h` (B, T, hidden) at the positions before `starts[b]` in row b:
+    positions that read old ids only never reach a new row, and their gradient can only overflow
+    (see prefix_cache.full_hidden)."""
+    import torch
+
+    if h.requires_grad:
+        old = (torch.arange(h.shape[1], device=h.device)[None, :]
+               < torch.tensor(starts, device=h.device)[:, None])[..., None]  # (B, T, 1)
+        h.register_hook(lambda g: g.masked_fill(old, 0))
+
+
 class _Stop(Exception):
     """Raised by the tap's hook to end a forward after the tapped layer."""
 
@@ -92,14 +104,7 @@ class LayerTap:
                 raise _Stop
 
         def masked(module, args, output):
-            h = output[0] if isinstance(output, tuple) else output
-            if h.requires_grad:
-                import torch
-
-                T = h.shape[1]
-                old = (torch.arange(T, device=h.device)[None, :]
-                       < torch.tensor(self.cut, device=h.device)[:, None])[..., None]
-                h.register_hook(lambda g: g.masked_fill(old, 0))
+            cut_before(output[0] if isinstance(output, tuple) else output, self.cut)
 
         if self.cut is not None:
             self._hooks += [layer.register_forward_hook(masked) for layer in self.layers[:self.depth]]

@@ -20,6 +20,7 @@ import inspect
 import logging
 
 from .fit_common import pad_batch
+from .layer_tap import cut_before
 from .runtime import cache_argument, returned_cache
 
 logger = logging.getLogger(__name__)
@@ -138,10 +139,6 @@ def full_hidden(base_model, embeds, mask, starts: list[int]):
     grad = torch.is_grad_enabled() and embeds.requires_grad
     out = base_model(inputs_embeds=embeds, attention_mask=mask, use_cache=False, output_hidden_states=grad)
     if grad:
-        T = embeds.shape[1]
-        old = (torch.arange(T, device=embeds.device)[None, :]
-               < torch.tensor(starts, device=embeds.device)[:, None])[..., None]  # (B, T, 1)
         for h in out.hidden_states[1:]:
-            if h.requires_grad:
-                h.register_hook(lambda g: g.masked_fill(old, 0))
+            cut_before(h, starts)
     return out.last_hidden_state
