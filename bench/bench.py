@@ -9,7 +9,7 @@ Three steps, each also a subcommand:
 
 `all` does the three and writes bench/RESULTS.md (between the bench markers; the prose around
 them is kept). Sizes: `full` (vocab 128,256, hidden 4096, ~6 GB), `quick` (~0.5 GB), `tiny`
-(a few MB, seconds; what tests/test_bench.py runs).
+(a few MB, seconds; what tests/benchmarks/test_bench.py runs).
 
     python bench/bench.py all --size full --repeats 3
     python bench/bench.py all --size tiny --work /tmp/b --results /tmp/b/RESULTS.md

@@ -32,7 +32,7 @@ TIMING_KEY = re.compile(r"(^|_)(seconds|elapsed|wall)(_|$)|_s$")
 
 def _commands() -> list[list[str]]:
     """Every command path of the click group: [], ["add"], ["validate"], ... (new commands included)."""
-    from vocabsurgeon.cli import cli as main
+    from vocabsurgeon.cli.commands import cli as main
 
     paths: list[list[str]] = [[]]
     for name in sorted(main.list_commands(click.Context(main))):

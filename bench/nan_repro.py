@@ -106,7 +106,7 @@ def fit(src: Path, words: list[str], text: Path, mode: str, steps: int) -> None:
     from transformers import AutoTokenizer
 
     import vocabsurgeon
-    from vocabsurgeon import fitted
+    from vocabsurgeon.fitted import causal as fitted
 
     # the module that runs the distillation (fitted.py before distill.py was split out of it)
     where = sys.modules[fitted.distill_input_rows.__module__]

@@ -24,8 +24,8 @@ import time
 
 T0 = time.perf_counter()
 
-import vocabsurgeon.surgery as surgery  # noqa: E402
-import vocabsurgeon.writer as writer  # noqa: E402
+import vocabsurgeon.add.surgery as surgery  # noqa: E402
+import vocabsurgeon.checkpoint.writer as writer  # noqa: E402
 
 STEPS = ("plan_tokens", "copy_old_bytes", "copy_file", "_all_new_rows", "write_rows", "_write_metadata_files",
          "_copy_other_files", "write_model_card", "verify_tokenizer", "_verify_rows", "_verify", "_old_rows_kept")
@@ -46,7 +46,7 @@ def timed(name: str, fn):
 def _free_copy() -> None:
     import os
 
-    from vocabsurgeon.checkpoint import same_bytes
+    from vocabsurgeon.checkpoint.reader import same_bytes
 
     def copy_nothing(src, layout, dst, progress=None, names=None):
         os.close(os.open(dst, os.O_WRONLY | os.O_CREAT, 0o644))  # write_rows extends it, sparse
@@ -67,7 +67,7 @@ def main() -> None:
         setattr(surgery, name, timed(name, getattr(surgery, name)))
     writer.os.fsync = timed("fsync", writer.os.fsync)  # the os module itself: every fsync here is timed
     writer.os.fdatasync = timed("fdatasync", writer.os.fdatasync)
-    from vocabsurgeon.cli import main as cli_main
+    from vocabsurgeon.cli.commands import main as cli_main
 
     sys.argv = ["vocabsurgeon"] + sys.argv[1:]
     try:

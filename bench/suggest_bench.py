@@ -32,7 +32,7 @@ bench = importlib.import_module("bench")  # bench.py beside this file: the gener
 
 BEGIN, END = "<!-- suggest:begin -->", "<!-- suggest:end -->"
 BLOCK = 10_000_000  # bytes of distinct text in a corpus
-# Only the tokenizer matters to suggest: tiny weights. "tiny" is for the smoke test (tests/test_suggest.py).
+# Only the tokenizer matters to suggest: tiny weights. "tiny" is for the smoke test (tests/explore/test_suggest.py).
 SIZES = {"quick": bench.Size(32_256, 64, 128, 2, 4, 2, 60_000_000),
          "tiny": bench.Size(1_280, 64, 128, 2, 4, 2, 60_000_000, specials=16)}
 

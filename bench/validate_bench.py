@@ -6,7 +6,7 @@ each in its own process (wall time and the child's own peak RSS, as bench.py mea
 interleaved. Writes a block into bench/RESULTS.md between its own markers.
 
     python bench/validate_bench.py --size 135m:2 --size 1b:1     # NAME:REPEATS; ~40 min on 2 busy cores
-    python bench/validate_bench.py --size tiny --results /tmp/R.md  # seconds (tests/test_validate_bench.py)
+    python bench/validate_bench.py --size tiny --results /tmp/R.md  # seconds (tests/benchmarks/test_validate_bench.py)
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ def fit_setup(request):
     """For the distillation tests, per committed fixture (GPT-2: learned positions; Llama: rotary, a BOS
     prefix): (model, windows of corpus_lotr.txt that use four names, the teacher pass over them, the
     names as FitTokens, their sub-word mean rows)."""
-    from vocabsurgeon import fitted
+    from vocabsurgeon.fitted import causal as fitted
     from vocabsurgeon.runtime import load_tokenizer, loaded_model
 
     src = FIXTURES / request.param

@@ -10,8 +10,8 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from vocabsurgeon.architectures import detect, text_config
-from vocabsurgeon.checkpoint import Checkpoint
+from vocabsurgeon.checkpoint.architectures import detect, text_config
+from vocabsurgeon.checkpoint.reader import Checkpoint
 
 
 def tree_digest(path: Path) -> dict[str, str]:

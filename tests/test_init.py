@@ -319,7 +319,7 @@ def test_many_new_rows_stay_in_blocks(monkeypatch):
 def test_stats_of_streamed_bf16_rows_are_close_and_non_finite_rows_are_found_in_the_raw_bits(tmp_path):
     from safetensors.torch import save_file
 
-    from vocabsurgeon.checkpoint import Checkpoint
+    from vocabsurgeon.checkpoint.reader import Checkpoint
 
     x = (torch.randn(3000, 24, generator=torch.Generator().manual_seed(0)) * 0.02).to(torch.bfloat16)
     (tmp_path / "config.json").write_text("{}")
@@ -354,7 +354,7 @@ def test_huge_finite_values_are_not_mistaken_for_inf(tmp_path):
     # The same through `stream_rows` of a bf16 checkpoint: bf16's maximum is near float32's.
     from safetensors.torch import save_file
 
-    from vocabsurgeon.checkpoint import Checkpoint
+    from vocabsurgeon.checkpoint.reader import Checkpoint
 
     w = torch.full((600, 8), torch.finfo(torch.bfloat16).max, dtype=torch.bfloat16)
     w[::2] *= -1

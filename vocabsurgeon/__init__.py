@@ -7,19 +7,19 @@ Example:
 
 from ._version import __version__
 from .errors import InputError, OutputExistsError, PushError, ValidationFailed, VocabSurgeonError, WriteError
-from .hub import PushResult, push, resolve_checkpoint
-from .modelcard import model_card, write_model_card
+from .checkpoint.hub import PushResult, push, resolve_checkpoint
+from .add.modelcard import model_card, write_model_card
 from .init import STRATEGIES, kl_bound
-from .planning import AddOptions, Plan, open_target, plan_add, plan_tokens
-from .surgery import AddJob, AddResult, add_tokens, apply
-from .suggest import Suggestion, suggest_tokens
-from .wordlist import read_tokens_file
-from .pipeline import PushOptions, ValidationOptions, add_validate_push, finish_add
+from .add.plan import AddOptions, Plan, open_target, plan_add, plan_tokens
+from .add.surgery import AddJob, AddResult, add_tokens, apply
+from .explore.suggest import Suggestion, suggest_tokens
+from .add.wordlist import read_tokens_file
+from .add.pipeline import PushOptions, ValidationOptions, add_validate_push, finish_add
 
 # The checks run models (torch, transformers): imported on first use, so that `import vocabsurgeon`
 # and a plain `add` stay light. (`compare` is also the name of its module: import it from
-# `vocabsurgeon.compare`.)
-_LAZY = {"inspect_checkpoint": "inspect", "validate_checkpoint": "validate", "neighbors": "compare"}
+# `vocabsurgeon.explore.compare`.)
+_LAZY = {"inspect_checkpoint": "explore.inspection", "validate_checkpoint": "validation.validate", "neighbors": "explore.compare"}
 
 
 def __getattr__(name: str):

@@ -1,5 +1,5 @@
 """`python -m vocabsurgeon`: the same CLI as the `vocabsurgeon` command."""
 
-from .cli import main
+from .cli.commands import main
 
 main()

@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-from .checkpoint import DTYPE_SIZES
+from .checkpoint.reader import DTYPE_SIZES
 from .devices import resolve_device  # noqa: F401  (surgery and compare resolve --device through init)
 from .errors import InputError
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from .devices import check_device, resolve_device  # noqa: F401  (check_device: cli and validate take it from here)
 from .errors import InputError
-from .encoding import unpadded
+from .tokenizer.encoding import unpadded
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,709 @@
+"""Hub pull and push with the real huggingface_hub client against a small Hub served on 127.0.0.1.
+
+`FakeHub` implements the endpoints that huggingface_hub calls for create_repo, create_branch,
+model_info, list_repo_tree, validate-yaml, preupload, commit (NDJSON, every file "regular", so
+inline base64 and no LFS) and file download (HEAD/GET of /{repo}/resolve/{rev}/{path}), keeps
+repos in memory and records every request. No test reaches the real Hub: the endpoint, cache and
+token path are pointed at the test's own, and name resolution of any other host fails.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import shutil
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import pytest
+from click.testing import CliRunner
+
+from vocabsurgeon import __version__
+from vocabsurgeon.cli.commands import cli
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURE = REPO / "fixtures" / "gpt2-tiny"
+CHECKPOINT_FILES = {"README.md", "config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                    "tokenizer_config.json"}
+
+
+def run(*args, **kw):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False, **kw)
+
+
+def _sha(files: dict) -> str:
+    h = hashlib.sha1()
+    for k in sorted(files):
+        h.update(k.encode() + b"\0" + files[k] + b"\0")
+    return h.hexdigest()
+
+
+class FakeHub:
+    """In-memory Hub: repos -> branches -> files; `requests` records (method, path, query)."""
+
+    def __init__(self):
+        self.repos: dict[str, dict[str, dict[str, bytes]]] = {}
+        self.commits: list[dict] = []  # every commit received: repo, revision, message, files, deleted, create_pr
+        self.requests: list[tuple[str, str, dict]] = []
+        self.fail: dict[str, object] = {}  # endpoint name -> HTTP status or "close"
+        self.lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def add_repo(self, repo_id: str, files: dict[str, bytes] | None = None) -> str:
+        self.repos[repo_id] = {"main": dict(files or {})}
+        return _sha(self.repos[repo_id]["main"])
+
+    def paths(self, method: str | None = None) -> list[str]:
+        return [p for m, p, _ in self.requests if method is None or m == method]
+
+    def _handler(hub):
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):  # quiet
+                pass
+
+            def _send(self, status, body=b"", headers=None, error_code=None):
+                if isinstance(body, (dict, list)):
+                    body = json.dumps(body).encode()
+                self.send_response(status)
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                if error_code:
+                    self.send_header("X-Error-Code", error_code)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            def _body(self) -> bytes:
+                n = int(self.headers.get("Content-Length") or 0)
+                return self.rfile.read(n) if n else b""
+
+            def _failing(self, name) -> bool:
+                how = hub.fail.get(name)
+                if how is None:
+                    return False
+                if how == "close":  # read the request, then hang up without an answer
+                    self._body()
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return True
+                self._send(int(how), {"error": f"injected {how}"})
+                return True
+
+            def _branch(self, repo, rev):
+                if repo not in hub.repos:
+                    self._send(404, {"error": "Repository not found"}, error_code="RepoNotFound")
+                    return None
+                branches = hub.repos[repo]
+                rev = unquote(rev)
+                for files in branches.values():
+                    if rev == _sha(files):
+                        return rev, files
+                if rev not in branches:
+                    self._send(404, {"error": "Invalid rev id"}, error_code="RevisionNotFound")
+                    return None
+                return rev, branches[rev]
+
+            def do_HEAD(self):
+                self.do_GET()
+
+            def do_GET(self):
+                u = urlsplit(self.path)
+                hub.requests.append((self.command, u.path, parse_qs(u.query)))
+                parts = u.path.strip("/").split("/")
+                if parts[:2] == ["api", "models"]:
+                    repo = "/".join(parts[2:4])
+                    rest = parts[4:]
+                    if not rest or rest[0] == "revision":
+                        if self._failing("info"):
+                            return
+                        found = self._branch(repo, rest[1] if rest else "main")
+                        if found:
+                            files = found[1]
+                            self._send(200, {"id": repo, "sha": _sha(files), "private": False,
+                                             "siblings": [{"rfilename": f} for f in sorted(files)]})
+                        return
+                    if rest[0] == "tree":
+                        found = self._branch(repo, rest[1])
+                        if found:
+                            files = found[1]
+                            self._send(200, [{"type": "file", "path": f, "size": len(b),
+                                              "oid": hashlib.sha1(b).hexdigest()} for f, b in sorted(files.items())])
+                        return
+                if "resolve" in parts:
+                    i = parts.index("resolve")
+                    repo, rev, path = "/".join(parts[:i]), parts[i + 1], unquote("/".join(parts[i + 2:]))
+                    found = self._branch(repo, rev)
+                    if not found:
+                        return
+                    files = found[1]
+                    if path not in files:
+                        self._send(404, {"error": "Entry not found"}, {"X-Repo-Commit": _sha(files)},
+                                   error_code="EntryNotFound")
+                        return
+                    body = files[path]
+                    self._send(200, body, {"X-Repo-Commit": _sha(files),
+                                           "ETag": f'"{hashlib.sha1(body).hexdigest()}"'})
+                    return
+                self._send(404, {"error": f"no route {u.path}"})
+
+            def do_POST(self):
+                u = urlsplit(self.path)
+                query = parse_qs(u.query)
+                hub.requests.append(("POST", u.path, query))
+                parts = u.path.strip("/").split("/")
+                if u.path == "/api/repos/create":
+                    if self._failing("create"):
+                        return
+                    d = json.loads(self._body())
+                    repo = f"{d['organization']}/{d['name']}" if d.get("organization") else d["name"]
+                    with hub.lock:
+                        if repo in hub.repos:
+                            self._send(409, {"error": "You already created this model repo", "url": f"{hub.url}/{repo}"})
+                            return
+                        hub.repos[repo] = {"main": {".gitattributes": b"*.safetensors filter=lfs\n"}}
+                        hub.created = dict(d)
+                    self._send(200, {"url": f"{hub.url}/{repo}"})
+                    return
+                if u.path == "/api/validate-yaml":
+                    self._body()
+                    self._send(200, {"errors": [], "warnings": []})
+                    return
+                repo, kind, rev = "/".join(parts[2:4]), parts[4], unquote("/".join(parts[5:]))
+                if kind == "branch":
+                    self._body()
+                    found = self._branch(repo, "main")
+                    if found:
+                        hub.repos[repo].setdefault(rev, dict(found[1]))
+                        self._send(200, {})
+                    return
+                if kind == "preupload":
+                    d = json.loads(self._body())
+                    if self._branch(repo, rev):
+                        self._send(200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False,
+                                                    "oid": None} for f in d["files"]]})
+                    return
+                if kind == "commit":
+                    if self._failing("commit"):
+                        return
+                    lines = [json.loads(x) for x in self._body().splitlines() if x.strip()]
+                    found = self._branch(repo, rev)
+                    if not found:
+                        return
+                    header = lines[0]["value"]
+                    added = {x["value"]["path"]: base64.b64decode(x["value"]["content"])
+                             for x in lines if x["key"] == "file"}
+                    deleted = [x["value"]["path"] for x in lines if x["key"] == "deletedFile"]
+                    create_pr = query.get("create_pr") == ["1"]
+                    with hub.lock:
+                        files = {k: v for k, v in found[1].items() if k not in deleted} | added
+                        hub.commits.append({"repo": repo, "revision": rev, "message": header["summary"],
+                                            "files": added, "deleted": deleted, "create_pr": create_pr,
+                                            "other": [x["key"] for x in lines[1:] if x["key"] not in ("file", "deletedFile")]})
+                        if create_pr:
+                            n = sum(c["create_pr"] for c in hub.commits)
+                            hub.repos[repo][f"refs/pr/{n}"] = files
+                        else:
+                            hub.repos[repo][rev] = files
+                    sha = _sha(files)
+                    self._send(200, {"commitUrl": f"{hub.url}/{repo}/commit/{sha}", "commitOid": sha,
+                                     "pullRequestUrl": f"{hub.url}/{repo}/discussions/{n}" if create_pr else None})
+                    return
+                self._send(404, {"error": f"no route {u.path}"})
+
+        return Handler
+
+
+@pytest.fixture
+def hub(monkeypatch, tmp_path):
+    """A FakeHub that huggingface_hub talks to; nothing else can be resolved, let alone reached."""
+    from huggingface_hub import constants
+
+    server = FakeHub()
+    home = tmp_path / "hf_home"
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    # huggingface_hub read these at import time: point them at the test's hub, cache and (absent) token.
+    monkeypatch.setattr(constants, "ENDPOINT", server.url)
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", server.url + "/{repo_id}/resolve/{revision}/{filename}")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(home / "token"))
+    monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(home / "stored_tokens"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    real = socket.getaddrinfo
+
+    def local_only(host, *a, **k):
+        if host not in ("127.0.0.1", "localhost"):
+            raise OSError(f"test tried to resolve {host}")
+        return real(host, *a, **k)
+
+    monkeypatch.setattr(socket, "getaddrinfo", local_only)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def out(tmp_path):
+    """An `add` output of the tiny GPT-2, plus the stray files a real directory collects."""
+    o = tmp_path / "out"
+    r = run("add", "-q", "--no-validate", "-t", "Frodo", "-t", "Gandalf", FIXTURE, o)
+    assert r.exit_code == 0, r.output
+    (o / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")
+    (o / "notes.tmp").write_text("scratch")
+    (o / "model.safetensors.lock").write_text("")
+    (o / "__pycache__").mkdir()
+    (o / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0")
+    (o / ".vocabsurgeon-staging-1234").mkdir()
+    (o / ".vocabsurgeon-staging-1234" / "model.safetensors").write_bytes(b"partial")
+    return o
+
+
+STRAY = {".DS_Store", "notes.tmp", "model.safetensors.lock", "__pycache__/x.cpython-311.pyc",
+         ".vocabsurgeon-staging-1234/model.safetensors"}
+
+
+def test_push_sends_the_checkpoint_in_one_commit(hub, out):
+    r = run("push", out, "me/gpt2-lotr", "--json", "--message", "Add LOTR names")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert len(hub.commits) == 1
+    c = hub.commits[0]
+    assert (c["repo"], c["revision"], c["message"], c["create_pr"]) == ("me/gpt2-lotr", "main", "Add LOTR names", False)
+    assert set(c["files"]) == CHECKPOINT_FILES and c["deleted"] == [] and c["other"] == []
+    for f, body in c["files"].items():
+        assert body == (out / f).read_bytes(), f
+    assert hub.created == {"name": "gpt2-lotr", "organization": "me"}
+    assert set(d["files"]) == CHECKPOINT_FILES and set(d["skipped"]) == STRAY
+    assert d["repo_id"] == "me/gpt2-lotr" and d["revision"] == "main" and d["pr_url"] is None
+    assert d["commit"] == _sha(hub.repos["me/gpt2-lotr"]["main"])
+    assert d["commit_url"] == f"{hub.url}/me/gpt2-lotr/commit/{d['commit']}"
+    assert not any(s in p for p in hub.paths() for s in ("DS_Store", ".tmp", "staging", "pycache", ".lock"))
+
+
+def test_push_to_a_pull_request_leaves_main_alone(hub, out):
+    base = hub.add_repo("me/gpt2-lotr", {"README.md": b"old\n"})
+    r = run("push", out, "me/gpt2-lotr", "--create-pr", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["pr_url"] == f"{hub.url}/me/gpt2-lotr/discussions/1"
+    assert hub.commits[0]["create_pr"] and hub.commits[0]["message"] == f"Upload out with vocabsurgeon {__version__}"
+    assert _sha(hub.repos["me/gpt2-lotr"]["main"]) == base
+    assert set(hub.repos["me/gpt2-lotr"]["refs/pr/1"]) == CHECKPOINT_FILES
+
+
+def test_push_to_a_new_branch(hub, out):
+    hub.add_repo("me/gpt2-lotr", {"README.md": b"old\n"})
+    r = run("push", out, "me/gpt2-lotr", "--revision", "vocab-v2", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["revision"] == "vocab-v2"
+    assert ("POST", "/api/models/me/gpt2-lotr/branch/vocab-v2", {}) in hub.requests
+    assert hub.repos["me/gpt2-lotr"]["main"] == {"README.md": b"old\n"}
+    assert set(hub.repos["me/gpt2-lotr"]["vocab-v2"]) == CHECKPOINT_FILES
+
+
+def test_push_deletes_remote_files_that_contradict_the_checkpoint(hub, out):
+    hub.add_repo("me/gpt2-lotr", {"vocab.json": b"{}", "merges.txt": b"", "pytorch_model.bin": b"x",
+                                  "model-00001-of-00002.safetensors": b"x", "LICENSE": b"MIT"})
+    r = run("push", out, "me/gpt2-lotr", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["deleted"] == sorted(hub.commits[0]["deleted"]) == [
+        "merges.txt", "model-00001-of-00002.safetensors", "pytorch_model.bin", "vocab.json"]
+    assert set(hub.repos["me/gpt2-lotr"]["main"]) == CHECKPOINT_FILES | {"LICENSE"}
+
+
+@pytest.mark.parametrize("how,message", [
+    (500, "Error: push to me/gpt2-lotr: the Hub answered HTTP 500 while uploading and committing; nothing was "
+          "committed to me/gpt2-lotr. Rerun the same command: files already uploaded are not sent again"),
+    ("close", "Error: push to me/gpt2-lotr: cannot reach the Hub at {url} while uploading and committing "
+              "(RemoteProtocolError); the commit either happened completely or not at all; check the repo's "
+              "history, then rerun: files already uploaded are not sent again"),
+])
+def test_failed_commit_is_one_line_exit_4_and_a_rerun_completes(hub, out, how, message):
+    hub.fail["commit"] = how
+    r = run("push", out, "me/gpt2-lotr")
+    assert r.exit_code == 4
+    assert r.stderr.strip() == message.format(url=hub.url)
+    assert hub.commits == [] and set(hub.repos["me/gpt2-lotr"]["main"]) == {".gitattributes"}
+    del hub.fail["commit"]
+    r = run("push", out, "me/gpt2-lotr")
+    assert r.exit_code == 0, r.output
+    assert set(hub.repos["me/gpt2-lotr"]["main"]) == CHECKPOINT_FILES | {".gitattributes"}
+
+
+@pytest.mark.parametrize("status,message", [
+    (401, "Error: push to me/gpt2-lotr: not logged in or the token is invalid (HTTP 401); run `hf auth login`, "
+          "set HF_TOKEN, or pass --token"),
+    (403, "Error: push to me/gpt2-lotr: your token may not write there (HTTP 403): the namespace is someone else's "
+          "or the token is read-only; push to your own namespace or use a token with write access"),
+])
+def test_auth_failures_say_what_to_do(hub, out, status, message):
+    hub.fail["create"] = status
+    hub.fail["info"] = status
+    r = run("push", out, "me/gpt2-lotr")
+    assert r.exit_code == 4
+    assert r.stderr.strip() == message
+    assert hub.commits == []
+
+
+def test_missing_branch_for_a_pull_request(hub, out):
+    hub.add_repo("me/gpt2-lotr", {"README.md": b"old\n"})
+    r = run("push", out, "me/gpt2-lotr", "--create-pr", "--revision", "nope")
+    assert r.exit_code == 4
+    assert r.stderr.strip() == ("Error: push to me/gpt2-lotr: branch 'nope' not found (HTTP 404); create it, or pass "
+                                "another --revision")
+
+
+def test_unreachable_hub(hub, out, monkeypatch):
+    from huggingface_hub import constants
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    monkeypatch.setattr(constants, "ENDPOINT", dead)
+    r = run("push", out, "me/gpt2-lotr")
+    assert r.exit_code == 4
+    assert r.stderr.strip() == (f"Error: push to me/gpt2-lotr: cannot reach the Hub at {dead} while creating the repo "
+                                "(ConnectError); nothing was committed to me/gpt2-lotr")
+
+
+def test_offline_mode(hub, out, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    r = run("push", out, "me/gpt2-lotr")
+    assert r.exit_code == 4
+    assert r.stderr.strip() == ("Error: push to me/gpt2-lotr: HF_HUB_OFFLINE is set, so nothing can be uploaded; "
+                                "unset it and rerun")
+    assert hub.requests == []
+
+
+def test_push_refuses_what_is_not_a_checkpoint(hub, tmp_path):
+    (tmp_path / "empty").mkdir()
+    r = run("push", tmp_path / "empty", "me/x")
+    assert r.exit_code == 2 and r.stderr.startswith("Error: ")
+    r = run("push", FIXTURE, "not-a-repo-id")
+    assert r.exit_code == 2
+    assert r.stderr.strip() == "Error: 'not-a-repo-id': not a Hub repo id; pass it as org/name, e.g. me/gpt2-lotr"
+    assert hub.requests == []
+
+
+def _serve_fixture(hub, repo="org/gpt2-tiny", extra=None) -> str:
+    files = {p.name: p.read_bytes() for p in FIXTURE.iterdir() if p.is_file()}
+    files["README.md"] = (b"---\nlicense: apache-2.0\nlanguage:\n- en\ntags:\n- tiny\n---\n\n# gpt2-tiny\n\n"
+                          b"A tiny GPT-2 for tests.\n")
+    files["pytorch_model.bin"] = b"PICKLE: must never be downloaded"
+    files["original/consolidated.pth"] = b"PICKLE"
+    files["onnx/model.onnx"] = b"onnx"
+    files.update(extra or {})
+    return hub.add_repo(repo, files)
+
+
+def test_add_pulls_a_repo_id_without_pickles_and_records_it_in_the_card(hub, tmp_path, monkeypatch):
+    from huggingface_hub import ModelCard
+
+    sha = _serve_fixture(hub)
+    monkeypatch.chdir(tmp_path)  # no local directory spelled org/gpt2-tiny
+    r = run("add", "-t", "Frodo", "-t", "Gandalf", "--no-validate", "--json", "org/gpt2-tiny", "out")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["base"] == {"name": "org/gpt2-tiny", "repo_id": "org/gpt2-tiny", "revision": None, "commit": sha}
+    got = {p.split("/resolve/")[1].split("/", 1)[1] for p in hub.paths("GET") if "/resolve/" in p}
+    assert got == {f.name for f in FIXTURE.iterdir()} | {"README.md"}
+    assert not any(p.endswith((".bin", ".pth", ".onnx")) for p in hub.paths())
+    card = ModelCard((tmp_path / "out" / "README.md").read_text())
+    meta = card.data.to_dict()
+    assert meta["license"] == "apache-2.0" and meta["language"] == ["en"]
+    assert meta["base_model"] == "org/gpt2-tiny" and meta["tags"] == ["tiny", "vocabsurgeon"]
+    assert f"[org/gpt2-tiny]({hub.url}/org/gpt2-tiny) (commit `{sha[:12]}`)" in card.text
+    assert "| `Frodo` | `'Frodo'`, `' Frodo'` |" in card.text and "Not run (`--no-validate`)" in card.text
+
+
+def test_add_from_a_revision(hub, tmp_path, monkeypatch):
+    _serve_fixture(hub)
+    hub.repos["org/gpt2-tiny"]["v1"] = dict(hub.repos["org/gpt2-tiny"]["main"])
+    monkeypatch.chdir(tmp_path)
+    r = run("add", "-t", "Frodo", "--no-validate", "--json", "--revision", "v1", "org/gpt2-tiny", "out")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["base"]["revision"] == "v1"
+    assert "/api/models/org/gpt2-tiny/revision/v1" in hub.paths("GET")
+    r = run("add", "-t", "Frodo", "--no-validate", "--revision", "nope", "org/gpt2-tiny", "out2")
+    assert r.exit_code == 2
+    assert r.stderr.strip() == ("Error: org/gpt2-tiny: revision 'nope' not found on the Hub; check --revision (a "
+                                "branch, tag or commit)")
+
+
+def test_a_local_directory_wins_over_a_repo_id(hub, tmp_path, monkeypatch):
+    _serve_fixture(hub)
+    shutil.copytree(FIXTURE, tmp_path / "org" / "gpt2-tiny")
+    monkeypatch.chdir(tmp_path)
+    r = run("add", "-t", "Frodo", "--no-validate", "--json", "org/gpt2-tiny", "out")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["base"]["repo_id"] is None
+    assert hub.requests == []
+
+
+def test_pickle_only_repo_is_refused_without_downloading(hub, tmp_path, monkeypatch):
+    hub.add_repo("org/old", {"config.json": (FIXTURE / "config.json").read_bytes(), "pytorch_model.bin": b"PICKLE"})
+    monkeypatch.chdir(tmp_path)
+    r = run("add", "-t", "Frodo", "--no-validate", "org/old", "out")
+    assert r.exit_code == 2
+    assert r.stderr.strip() == (
+        "Error: org/old: has only pickle weights (pytorch_model.bin); they are refused and never downloaded. Use a "
+        "revision or a copy of the model with safetensors weights (e.g. a refs/pr/N branch from the Hub's convert space)")
+    assert not any("/resolve/" in p for p in hub.paths())
+
+
+@pytest.mark.parametrize("args", [
+    ("add", "-t", "Frodo", "--no-validate", "org/missing", "out"),
+    ("inspect", "org/missing"),
+    ("validate", "org/missing", FIXTURE),
+    ("compare", FIXTURE, "org/missing"),
+    ("neighbors", "org/missing", " the"),
+], ids=lambda a: a[0])
+def test_unknown_repo_id(hub, tmp_path, monkeypatch, args):
+    monkeypatch.chdir(tmp_path)
+    r = run(*args)
+    assert r.exit_code == 2
+    assert r.stderr.strip() == ("Error: org/missing: not a local directory, and not found on the Hub (or private: log "
+                                "in with `hf auth login` or set HF_TOKEN); check the spelling")
+
+
+def test_add_push_to(hub, tmp_path):
+    r = run("add", "-t", "Frodo", "--no-validate", "--json", "--push-to", "me/gpt2-lotr", "--create-pr", "--private",
+            FIXTURE, tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["push"]["pr_url"] == f"{hub.url}/me/gpt2-lotr/discussions/1"
+    assert set(d["push"]["files"]) == CHECKPOINT_FILES
+    assert hub.created == {"name": "gpt2-lotr", "organization": "me", "visibility": "private"}
+    # public text names a local base by its directory only, never the user's directory layout
+    assert hub.commits[0]["message"] == f"Add 1 new token to gpt2-tiny with vocabsurgeon {__version__}"
+    assert hub.commits[0]["files"]["README.md"] == (tmp_path / "out" / "README.md").read_bytes()
+
+
+def test_add_push_failure_keeps_the_output_and_says_how_to_retry(hub, tmp_path):
+    hub.fail["commit"] = 500
+    o = tmp_path / "out"
+    r = run("add", "-t", "Frodo", "--no-validate", "--push-to", "me/gpt2-lotr", FIXTURE, o)
+    assert r.exit_code == 4
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith("Error: push to me/gpt2-lotr: the Hub answered HTTP 500")
+    assert line.endswith(f"{o} is written; retry with `vocabsurgeon push {o} me/gpt2-lotr`")
+    assert (o / "model.safetensors").is_file()
+
+
+def test_push_options_need_push_to(tmp_path):
+    r = run("add", "-t", "Frodo", "--create-pr", FIXTURE, tmp_path / "out")
+    assert r.exit_code == 2
+    assert r.stderr.strip() == "Error: --create-pr is a push option; pass --push-to REPO_ID too"
+    assert not (tmp_path / "out").exists()
+
+
+def test_long_token_lists_go_to_a_file(tmp_path):
+    words = [f"Elf{chr(65 + i // 26)}{chr(97 + i % 26)}" for i in range(45)]
+    r = run("add", "-q", "--no-validate", *[a for w in words for a in ("-t", w)], FIXTURE, tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "out" / "added_tokens.txt").read_text().splitlines() == words
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "45 words (90 tokens); the full list is in [`added_tokens.txt`](added_tokens.txt)" in card
+    assert "ElfBa" not in card
+
+
+def test_validation_figures_reach_the_card_and_the_hub(hub, tmp_path):
+    from huggingface_hub import ModelCard
+
+    o = tmp_path / "out"
+    r = run("add", "-t", "Frodo", "-t", "Gandalf", "--corpus", REPO / "fixtures" / "corpus_lotr.txt", "--max-tokens", 256,
+            "--plot", o / "kl.png", "--push-to", "me/gpt2-lotr", "--json", FIXTURE, o)
+    assert r.exit_code == 0, r.output
+    report = json.loads((o / "vocabsurgeon_report.json").read_text())
+    card = ModelCard((o / "README.md").read_text()).text
+    kl, u = report["kl"], report["usability"]
+    assert "Validation **passed**" in card
+    assert f"| KL(p_old ‖ p_new) mean | {kl['mean']:.3g} nats | {kl['limit_mean']:.3g} |" in card
+    assert f"| KL max | {kl['max']:.3g} nats | mean-init bound log(1 + k/n) = {kl['bound']:.3g} (within) |" in card
+    assert u["applicable"] and f"| {u['bpb_new']:.3f} (original model: {u['bpb_old']:.3f}) |" in card
+    assert "![Histogram of per-position KL](kl.png)" in card
+    sent = hub.commits[0]["files"]
+    assert set(sent) == CHECKPOINT_FILES | {"kl.png", "vocabsurgeon_report.json"}
+    assert sent["README.md"] == (o / "README.md").read_bytes()
+
+
+def test_failed_validation_is_in_the_card_and_nothing_is_pushed(hub, tmp_path):
+    o = tmp_path / "out"
+    # rows 100x the old rows' spread: new tokens take the samples (KL ~160 nats, 97% new tokens)
+    r = run("add", "-t", "Frodo", "--max-tokens", 64, "--init", "mean-noise", "--eps", "1e4", "--push-to",
+            "me/gpt2-lotr", FIXTURE, o)
+    assert r.exit_code == 3
+    card = (o / "README.md").read_text()
+    assert "Validation **FAILED**: " in card and "--max-new-token-fraction" in card
+    assert hub.requests == []
+
+
+@pytest.mark.parametrize("args", [
+    ("add", "-t", "Frodo", FIXTURE, "out"),
+    ("inspect", FIXTURE),
+    ("validate", FIXTURE, FIXTURE),  # two local directories: nothing for --revision to apply to
+    ("compare", FIXTURE, FIXTURE),
+], ids=lambda a: a[0])
+def test_revision_with_a_local_directory_is_refused(tmp_path, monkeypatch, args):
+    monkeypatch.chdir(tmp_path)
+    r = run(*args, "--revision", "v1")
+    assert r.exit_code == 2
+    assert r.stderr.strip() == (f"Error: {FIXTURE}: --revision is for Hub repo ids, but this is a local directory; "
+                                "drop --revision")
+
+
+# ------------------------------------------------------------------------- inspect, validate, compare
+# They take a repo id wherever they read a checkpoint, pulled by the same code as `add`: what they
+# measure must be what they measure on the same checkpoint as a local directory.
+
+FAST = ("--max-tokens", 60)  # one forward pass per model on the tiny GPT-2
+
+
+def _figures(report: dict, *names: str) -> dict:
+    """The report without the keys that name the checkpoints or time the run."""
+    return {k: v for k, v in report.items() if k not in {*names, "seconds", "load_seconds"}}
+
+
+def _added(tmp_path) -> Path:
+    out = tmp_path / "added"
+    r = run("add", "-q", "--no-validate", "-t", "Frodo", "-t", "Gandalf", FIXTURE, out)
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def test_inspect_a_repo_id_gives_the_figures_of_its_directory(hub, tmp_path, monkeypatch):
+    sha = _serve_fixture(hub)
+    monkeypatch.chdir(tmp_path)
+    local = run("inspect", "--json", *FAST, FIXTURE)
+    pulled = run("inspect", "--json", *FAST, "org/gpt2-tiny")
+    assert local.exit_code == 0 and pulled.exit_code == 0, pulled.output
+    d, ref = json.loads(pulled.stdout), json.loads(local.stdout)
+    assert d["path"] == "org/gpt2-tiny"
+    assert d["source"] == {"name": "org/gpt2-tiny", "repo_id": "org/gpt2-tiny", "revision": None, "commit": sha}
+    assert ref["source"]["repo_id"] is None
+    assert _figures(d, "path", "source") == _figures(ref, "path", "source")
+    assert d["zero_init_risk"]["positions"] == 61
+    assert not any(p.endswith((".bin", ".pth", ".onnx")) for p in hub.paths())
+    r = run("inspect", "-q", *FAST, "org/gpt2-tiny")
+    assert r.stdout.splitlines()[0] == f"org/gpt2-tiny (commit {sha[:12]}): gpt2, tied embeddings, F32"
+
+
+def test_validate_a_repo_id_base_against_a_local_output(hub, tmp_path, monkeypatch):
+    sha = _serve_fixture(hub)
+    hub.repos["org/gpt2-tiny"]["v1"] = dict(hub.repos["org/gpt2-tiny"]["main"])
+    out = _added(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    local = run("validate", "--json", *FAST, FIXTURE, out)
+    # --revision applies to BASE, the repo id; NEW, a local directory, is read as it is
+    pulled = run("validate", "--json", *FAST, "--revision", "v1", "org/gpt2-tiny", out)
+    assert local.exit_code == 0 and pulled.exit_code == 0, pulled.output
+    d, ref = json.loads(pulled.stdout), json.loads(local.stdout)
+    assert d["base"] == "org/gpt2-tiny" and d["new"] == ref["new"] == str(out)
+    assert d["sources"] == {"base": {"name": "org/gpt2-tiny", "repo_id": "org/gpt2-tiny", "revision": "v1",
+                                     "commit": sha},
+                            "new": {"name": str(out), "repo_id": None, "revision": None, "commit": None}}
+    assert _figures(d, "base", "sources") == _figures(ref, "base", "sources")
+    assert d["passed"] and d["kl"]["positions"] == 61 and d["vocab"]["k"] == 4
+    assert "/api/models/org/gpt2-tiny/revision/v1" in hub.paths("GET")
+
+
+def test_compare_repo_ids_give_the_figures_of_their_directories(hub, tmp_path, monkeypatch):
+    sha_a = _serve_fixture(hub)
+    out = _added(tmp_path)
+    sha_b = hub.add_repo("me/gpt2-lotr", {p.name: p.read_bytes() for p in out.iterdir()})
+    monkeypatch.chdir(tmp_path)
+    local = run("compare", "--json", "--k", 5, FIXTURE, out)
+    pulled = run("compare", "--json", "--k", 5, "org/gpt2-tiny", "me/gpt2-lotr")
+    assert local.exit_code == 0 and pulled.exit_code == 0, pulled.output
+    d, ref = json.loads(pulled.stdout), json.loads(local.stdout)
+    assert (d["a"], d["b"]) == ("org/gpt2-tiny", "me/gpt2-lotr")
+    assert d["sources"]["a"]["commit"] == sha_a and d["sources"]["b"]["commit"] == sha_b
+    assert ref["sources"]["b"] == {"name": str(out), "repo_id": None, "revision": None, "commit": None}
+    assert _figures(d, "a", "b", "sources") == _figures(ref, "a", "b", "sources")
+    assert d["tokens_b"] == d["tokens_compared"] + 4
+    r = run("compare", "-q", "--k", 5, "org/gpt2-tiny", out)
+    assert r.stdout.splitlines()[1].startswith(f"  A: org/gpt2-tiny (commit {sha_a[:12]}) (transformer.wte.weight, ")
+    assert r.stdout.splitlines()[2].startswith(f"  B: {out} (transformer.wte.weight, ")
+
+
+def test_neighbors_of_a_repo_id_are_those_of_its_directory(hub, tmp_path, monkeypatch):
+    _serve_fixture(hub)
+    monkeypatch.chdir(tmp_path)
+    local = run("neighbors", "--json", "--k", 3, FIXTURE, " the", "#42")
+    pulled = run("neighbors", "--json", "--k", 3, "org/gpt2-tiny", " the", "#42")
+    assert local.exit_code == 0 and pulled.exit_code == 0, pulled.output
+    assert json.loads(pulled.stdout)["tokens"] == json.loads(local.stdout)["tokens"]
+    assert any(p.startswith("/org/gpt2-tiny/resolve/") for p in hub.paths()), hub.paths()
+
+
+def test_the_python_api_takes_repo_ids_like_the_cli(hub, tmp_path, monkeypatch):
+    from vocabsurgeon.explore.compare import compare
+    from vocabsurgeon.explore.inspection import inspect_checkpoint
+    from vocabsurgeon.validation.validate import validate_checkpoint
+
+    sha = _serve_fixture(hub)
+    out = _added(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert inspect_checkpoint("org/gpt2-tiny", run_model=False)["source"]["commit"] == sha
+    assert compare("org/gpt2-tiny", out, 5, device="cpu").to_dict()["sources"]["a"]["commit"] == sha
+    report = validate_checkpoint("org/gpt2-tiny", out, max_tokens=60, device="cpu")
+    assert report["passed"] and report["sources"]["base"]["commit"] == sha
+
+
+def test_a_local_directory_wins_for_every_command(hub, tmp_path, monkeypatch):
+    _serve_fixture(hub)
+    shutil.copytree(FIXTURE, tmp_path / "org" / "gpt2-tiny")
+    monkeypatch.chdir(tmp_path)
+    r = run("inspect", "--json", *FAST, "org/gpt2-tiny")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["source"]["repo_id"] is None
+    r = run("compare", "--json", "org/gpt2-tiny", FIXTURE)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["sources"]["a"]["repo_id"] is None
+    r = run("validate", "org/gpt2-tiny", "org/gpt2-tiny")  # refused after reading both configs from disk
+    assert r.exit_code == 2
+    assert r.stderr.strip() == ("Error: org/gpt2-tiny: vocab_size is 2048, not more than the 2048 of org/gpt2-tiny; "
+                                "pass the original first and the expanded checkpoint second")
+    assert hub.requests == []
+
+
+@pytest.fixture
+def progress_bars():
+    """huggingface_hub's progress bars on, as in a fresh process; their state is restored afterwards."""
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    was = are_progress_bars_disabled()
+    yield enable_progress_bars
+    (disable_progress_bars if was else enable_progress_bars)()
+
+
+@pytest.mark.parametrize("args", [
+    ("inspect", *FAST, "org/gpt2-tiny"),
+    ("validate", "org/gpt2-tiny", "org/gpt2-tiny"),  # refused after the pull: only the download matters here
+    ("compare", "org/gpt2-tiny", "org/gpt2-tiny"),
+], ids=lambda a: a[0])
+def test_hub_progress_bars_are_off_with_json_and_quiet(hub, tmp_path, monkeypatch, progress_bars, args):
+    _serve_fixture(hub)
+    monkeypatch.chdir(tmp_path)
+    for flag in ("--json", "-q"):
+        progress_bars()
+        r = run(*args, flag)
+        assert "Fetching" not in r.stderr, flag
+    progress_bars()
+    r = run(*args)  # from the cache now, and still drawn: so the runs above could have drawn it
+    assert "Fetching" in r.stderr

@@ -1,0 +1,322 @@
+"""The plan of `add`: the options, the checkpoint and its vocabulary tensors (`Target`), and what will
+change (`Plan`: printable for --dry-run, the summary of --json). Reads headers, config and the
+tokenizer only; surgery.py applies a plan.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+
+from ..checkpoint.architectures import VocabLayout, detect, text_config, untie
+from ..checkpoint.reader import Checkpoint
+from ..devices import check_device
+from ..errors import InputError
+from ..checkpoint.hub import Source, resolve_checkpoint
+from .modelcard import kl_bound_line
+from .wordlist import check_word_count
+from ..init import (DEFAULT_EPS, check_eps, check_seed, get_strategy, kl_bound)
+from ..checkpoint.filenames import STALE_SLOW_FILES, TOKENIZER_FILE
+from ..tokenizer.editor import TokenizerEditor, TokenizerPlan
+
+logger = logging.getLogger(__name__)
+
+# --pad-to-multiple-of: tensor cores want 8 to 128; a larger multiple only adds dead rows (2**70 would
+# exhaust memory planning them).
+MAX_PAD_MULTIPLE = 4096
+
+
+
+@dataclass
+class AddOptions:
+    """Options of `add`; the CLI flags map one to one."""
+
+    init: str = "mean"  # both matrices, unless init_input / init_output say otherwise
+    init_input: str | None = None
+    init_output: str | None = None
+    seed: int = 0
+    eps: float = DEFAULT_EPS
+    special: bool = False
+    link: bool = False
+    fsync: bool = True  # flush every file to disk before the rename (False: atomic, not power-cut safe)
+    force: bool = False
+    device: str = "auto"
+    embedding_key: str | None = None
+    lm_head_key: str | None = None
+    pad_to_multiple_of: int | None = None
+    reuse_reserved: bool = False
+    strict: bool = False  # any skipped token is an error (exit 2), raised while planning: before writing
+    untie: bool = False  # tied models: write a separate output matrix (tie_word_embeddings false)
+    # --init fitted (see fitted.py): contexts from this corpus (None: the model generates them), bounds
+    fit_corpus: str | None = None
+    fit_contexts: int = 8  # windows per new token, at most
+    fit_context_tokens: int = 32  # tokens per window (fitted.FitOptions.context_tokens)
+    fit_steps: int | None = None  # Adam steps of the input distillation, at most (None: passes decide)
+    fit_depth: float | None = None  # share of the layers distillation matches after (None: fitted.DISTILL_DEPTH)
+    fit_output_steps: int = 100  # L-BFGS iterations of the output fit
+    fit_l2: float | None = None  # L2 prior weight of the output fit (None: the default for the start row)
+    fit_prior: str | None = None  # output rows' prior (fit_common.OUTPUT_STARTS); None: the sub-word mean
+    fit_kl_limit: float | None = None  # held-out old-text KL mean the output rows are shrunk to; None: log(1 + k/n)
+
+    def check(self) -> AddOptions:
+        """The checks that need no checkpoint, each option and across options (before any download).
+
+        Raises:
+            InputError: naming the flag and a value that works.
+        """
+        check_eps(self.eps)
+        check_device(self.device)
+        for s in {self.init, self.init_input, self.init_output} - {None}:
+            get_strategy(s)
+        check_seed(self.seed)
+        if self.pad_to_multiple_of is not None and not 1 <= self.pad_to_multiple_of <= MAX_PAD_MULTIPLE:
+            raise InputError(f"--pad-to-multiple-of {self.pad_to_multiple_of}: pass a positive integer up to "
+                             f"{MAX_PAD_MULTIPLE} (64 or 128 suit tensor cores)")
+        if self.fit_depth is not None and not 0 < self.fit_depth <= 1:
+            raise InputError(f"--fit-depth {self.fit_depth}: must be a share of the model's layers in (0, 1]")
+        if self.fit_corpus is not None and "fitted" not in {self.init, self.init_input, self.init_output}:
+            raise InputError("--fit-corpus is for --init fitted (or --init-input/--init-output fitted); pass one")
+        if self.fit_corpus is not None and not Path(self.fit_corpus).is_file():
+            raise InputError(f"{self.fit_corpus}: no such file; pass a UTF-8 text file that uses the new words to "
+                             "--fit-corpus")
+        return self
+
+
+@dataclass
+class Target:
+    """What `add` knows before reading the tokenizer: the checkpoint, its vocabulary tensors and the
+    options. Enough to lay out and start copying every shard (`AddJob`)."""
+
+    src: Path
+    ckpt: Checkpoint
+    layout: VocabLayout
+    options: AddOptions
+    source: Source | None = None  # where src came from (a Hub repo id and commit), for the model card
+
+    @property
+    def vocab_files(self) -> list[str]:
+        """Shard files that hold vocabulary tensors, in checkpoint order."""
+        files = {self.ckpt.tensors[n].file for n in self.layout.all_tensors}
+        return [f for f in self.ckpt.shards if f in files]
+
+
+@dataclass
+class Plan:
+    """What `add` will do; `to_dict()` is the --dry-run / --json view."""
+
+    target: Target
+    editor: TokenizerEditor
+    tokens: TokenizerPlan
+    rows_before: int
+    rows_after: int
+    rewrite: list[str]  # shard files that hold vocabulary tensors
+    copy: list[str]  # shard files copied untouched
+    dropped: list[str] = field(default_factory=list)  # stale slow-tokenizer files left out
+
+    src = property(lambda self: self.target.src)
+    ckpt = property(lambda self: self.target.ckpt)
+    layout = property(lambda self: self.target.layout)
+    options = property(lambda self: self.target.options)
+    source = property(lambda self: self.target.source)
+
+    @property
+    def k(self) -> int:
+        """Rows appended (new tokens past the old rows, plus padding)."""
+        return self.rows_after - self.rows_before
+
+    @property
+    def row_ids(self) -> list[int]:
+        """Every row that gets new values: the new tokens' ids (some inside the old rows with
+        --reuse-reserved), then the padding rows."""
+        ids = [t.id for t in self.tokens.new]
+        appended = set(i for i in ids if i >= self.rows_before)
+        return ids + [i for i in range(self.rows_before, self.rows_after) if i not in appended]
+
+    def nothing_to_add(self) -> InputError:
+        """The error for a plan without new tokens: why each token was skipped, when not simply
+        because it is already a token."""
+        odd = [s for s in self.tokens.skipped if not s["reason"].startswith("already in the vocabulary")
+               and s["reason"] != "already a special token"]
+        if not odd:
+            return InputError("every token is already in the vocabulary; nothing to add (see --dry-run for details)")
+        return InputError(f"nothing to add: {len(self.tokens.skipped)} token(s) skipped, e.g. {odd[0]['token']!r}: "
+                          f"{odd[0]['reason']} (see --dry-run for details)")
+
+    def strategy_for(self, name: str) -> str:
+        """The init strategy of one vocabulary tensor."""
+        lay = self.layout
+        if name in (lay.embedding, *lay.aliases):
+            return self.options.init_input
+        if name == lay.lm_head:
+            return self.options.init_input if lay.tied else self.options.init_output
+        return "mean"
+
+    def to_dict(self) -> dict:
+        lay = self.layout
+        source = self.source or Source(self.src)
+        return {
+            "input": str(self.src),
+            "base": source.to_dict(),
+            "architecture": lay.architecture,
+            "model_type": lay.model_type,
+            "tied": lay.tied,
+            "tokenizer_family": self.tokens.family,
+            "tensors": {n: {"rows_before": self.rows_before, "rows_after": self.rows_after,
+                            "init": self.strategy_for(n)} for n in lay.all_tensors},
+            "init": {"input": self.options.init_input,
+                     "output": self.options.init_input if lay.tied else self.options.init_output,
+                     "bias": "mean", "eps": self.options.eps},
+            "seed": self.options.seed,
+            "rows_before": self.rows_before,
+            "rows_after": self.rows_after,
+            "padding_rows": len(self.row_ids) - len(self.tokens.new),
+            "reused_rows": [t.id for t in self.tokens.new if t.id < self.rows_before],
+            "freed_tokens": {str(i): c for i, c in self.tokens.freed.items()},
+            "added": [{"token": t.text, "form": t.form, "piece": t.piece, "id": t.id, "mechanism": t.mechanism}
+                      for t in self.tokens.new],
+            "skipped": self.tokens.skipped,
+            "contexts_not_one_token": self.tokens.contexts,
+            "tokenizer_notes": self.tokens.notes,
+            "kl_bound": kl_bound(self.k, self.rows_before) if self.k else 0.0,
+            "untied": self.untie_report(),
+            "files_rewritten": self.rewrite,
+            "files_copied": self.copy,
+            "bytes_to_write": self.bytes_to_write,
+        }
+
+    @property
+    def bytes_to_write(self) -> int:
+        """The bytes of the shards as they are now (the new rows come on top)."""
+        return sum(self.ckpt.shards[f].size for f in self.rewrite + self.copy)
+
+    def untie_report(self) -> dict | None:
+        """With --untie: the new output matrix and the bytes it adds to the checkpoint."""
+        if not self.options.untie:
+            return None
+        t = self.ckpt.tensors[self.layout.lm_head]
+        return {"lm_head": t.name, "of": self.layout.embedding, "bytes_added": self.rows_after * t.row_bytes}
+
+    def describe(self) -> str:
+        d, lay = self.to_dict(), self.layout
+        lines = [
+            f"{lay.kind} checkpoint ({'tied' if d['tied'] else 'untied'} embeddings), "
+            f"{d['tokenizer_family']} tokenizer",
+            f"rows {d['rows_before']} -> {d['rows_after']} "
+            f"({len(d['added'])} tokens, {d['padding_rows']} padding rows)",
+            f"init: input {d['init']['input']}, output {d['init']['output']}, biases mean",
+        ]
+        show = 30  # a long token list is summarized; --json has all of it
+        for a in d["added"][:show]:
+            stored = f" stored as {a['piece']!r}" if a["piece"] not in (a["form"], a["form"].strip()) else ""
+            lines.append(f"  + {a['id']:>7}  {a['form']!r} ({a['mechanism']}{stored})")
+        if len(d["added"]) > show:
+            lines.append(f"  + ... and {len(d['added']) - show} more (see --json)")
+        for s in d["skipped"][:show]:
+            lines.append(f"  = skipped {s['token']!r}: {s['reason']}")
+        if len(d["skipped"]) > show:
+            lines.append(f"  = ... and {len(d['skipped']) - show} more skipped")
+        lines.extend(f"note: {n}" for n in d["tokenizer_notes"])
+        lines.append(f"rewrite {len(self.rewrite)} shard(s): {', '.join(self.rewrite)}")
+        if self.copy:
+            lines.append(f"copy {len(self.copy)} shard(s) byte for byte{' (hard links)' if self.options.link else ''}")
+        if d["untied"]:
+            lines.append(f"untie: new output matrix '{d['untied']['lm_head']}' ({d['untied']['bytes_added']:,} bytes)")
+        if d["added"]:
+            lines.append(kl_bound_line(d))
+        return "\n".join(lines)
+
+
+def open_target(src: str | os.PathLike, options: AddOptions | None = None, *, revision: str | None = None,
+                token: str | None = None) -> Target:
+    """Open the checkpoint and find its vocabulary tensors; reads headers and config only.
+
+    `src` is a checkpoint directory, or a Hub repo id (`org/name`, at `revision`) whose safetensors
+    checkpoint is downloaded into the Hub cache first; a local directory wins over a repo id.
+
+    Raises:
+        InputError: for anything about the checkpoint or the options that cannot be used.
+    """
+    options = (options or AddOptions()).check()  # before any download
+    source = resolve_checkpoint(src, revision=revision, token=token)
+    _refuse_remote_code(Path(source.path))
+    ckpt = Checkpoint.open(source.path)
+    layout = detect(ckpt, options.embedding_key, options.lm_head_key)
+    if options.untie:
+        layout = untie(ckpt, layout)
+    inp, outp = options.init_input or options.init, options.init_output or options.init
+    if layout.tied:
+        if options.init_input and options.init_output and options.init_input != options.init_output:
+            raise InputError(
+                f"the embeddings are tied (one matrix plays both roles), so --init-input {options.init_input} and "
+                f"--init-output {options.init_output} cannot differ; pass one --init"
+            )
+        inp = outp = options.init_input or options.init_output or options.init
+    cfg_vocab = text_config(ckpt.config).get("vocab_size")
+    if isinstance(cfg_vocab, int) and cfg_vocab != layout.rows:
+        raise InputError(
+            f"{ckpt.path / 'config.json'}: vocab_size is {cfg_vocab}, but '{layout.embedding}' has {layout.rows} "
+            "rows; config and weights disagree, refusing to guess"
+        )
+    return Target(Path(source.path), ckpt, layout, replace(options, init_input=inp, init_output=outp), source)
+
+
+def plan_tokens(target: Target, tokens: list[str]) -> Plan:
+    """Read the tokenizer and decide every change `tokens` make to `target`.
+
+    Raises:
+        InputError: a tokenizer that cannot be used, or tokens that cannot be added.
+    """
+    ckpt, layout, options = target.ckpt, target.layout, target.options
+    check_word_count(len(tokens))  # before the tokenizer is read: a list too long to plan is refused at once
+    editor = TokenizerEditor(ckpt.path)
+    if editor.size > layout.rows:
+        raise InputError(
+            f"{ckpt.path / TOKENIZER_FILE}: the tokenizer has ids up to {editor.size - 1}, but '{layout.embedding}' "
+            f"has only {layout.rows} rows; tokenizer and weights disagree, refusing to guess"
+        )
+    # New ids start after the last row: rows past the tokenizer (padding, reserved) keep their values.
+    reuse = editor.reusable_ids(layout.rows) if options.reuse_reserved else None
+    tplan = editor.plan(tokens, special=options.special, first_id=layout.rows, reuse=reuse)
+    if options.strict and tplan.skipped:
+        first = tplan.skipped[0]
+        raise InputError(f"--strict: {len(tplan.skipped)} token(s) would be skipped, e.g. {first['token']!r}: "
+                         f"{first['reason']}; nothing was written (drop --strict or remove them; see --dry-run)")
+    if options.strict and tplan.contexts:
+        w, where = next(iter(tplan.contexts.items()))
+        raise InputError(f"--strict: {len(tplan.contexts)} token(s) would not be one token in every context, e.g. {w!r} "
+                         f"in {where[0]!r}; nothing was written (drop --strict to keep them; see --dry-run --json)")
+    dropped = [f for f in STALE_SLOW_FILES if (ckpt.path / f).is_file()] if tplan.new else []
+    if dropped:
+        tplan.notes.append(
+            f"not copied: {', '.join(dropped)} (slow-tokenizer files without the new tokens; {TOKENIZER_FILE} has them)"
+        )
+    rows_after = layout.rows + sum(t.id >= layout.rows for t in tplan.new)
+    if tplan.new and options.pad_to_multiple_of:
+        m = options.pad_to_multiple_of
+        rows_after = math.ceil(rows_after / m) * m
+    rewrite = target.vocab_files if tplan.new else []
+    copy = [f for f in ckpt.shards if f not in rewrite]
+    return Plan(target, editor, tplan, layout.rows, rows_after, rewrite, copy, dropped)
+
+
+def plan_add(src: str | os.PathLike, tokens: list[str], options: AddOptions | None = None, *,
+             revision: str | None = None, token: str | None = None) -> Plan:
+    """Open the checkpoint and tokenizer and decide every change; reads headers only. `src`,
+    `revision` and `token` as in `open_target`.
+
+    Raises:
+        InputError: for anything about the input that cannot be used, before any byte is written.
+    """
+    return plan_tokens(open_target(src, options, revision=revision, token=token), tokens)
+
+
+def _refuse_remote_code(src: Path) -> None:
+    # We never import code from a checkpoint; say so when it ships some, since users may expect it to run.
+    if any(src.glob("*.py")):
+        logger.warning("%s ships Python files; they are copied but never imported or run", src)
+
+

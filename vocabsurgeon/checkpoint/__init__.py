@@ -1,0 +1,1 @@
+"""Checkpoint files: reading (strict headers, index), writing, the architecture table, the Hub."""

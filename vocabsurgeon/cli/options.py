@@ -1,0 +1,336 @@
+"""The CLI's shared parts: the options several commands take, their checks, logging and -q, `--json`
+output, and the progress bars (`Bars`, the CLI's side of `progress.Progress`). cli.py holds the
+commands.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sys
+import warnings
+from pathlib import Path
+
+import click
+
+from ..init import STRATEGIES
+
+STRATEGY_CHOICE = click.Choice(list(STRATEGIES))
+
+
+def setup_logging(quiet: bool, verbose: bool) -> None:
+    level = logging.ERROR if quiet else (logging.DEBUG if verbose else logging.WARNING)
+    logging.basicConfig(level=level, format="%(levelname)s: %(message)s", stream=sys.stderr, force=True)
+    if quiet:
+        silence_libraries()
+
+
+# -q means only errors on stderr, but transformers logs through its own handler ("[transformers] ..."),
+# draws its own bars, and Python warnings (FutureWarning from a forward) bypass logging. Its settings
+# are read when it is imported, which happens later (lazily), hence the environment.
+QUIET_ENV = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+
+
+def silence_libraries() -> None:
+    warnings.simplefilter("ignore")
+    os.environ.update(QUIET_ENV)
+    if "transformers" in sys.modules:  # already imported (a caller in the same process): tell it directly
+        from transformers.utils import logging as tf_logging
+
+        tf_logging.set_verbosity_error()
+        tf_logging.disable_progress_bar()
+
+
+@contextlib.contextmanager
+def restoring_library_settings():
+    """Give a caller in the same process (a notebook, CliRunner) back what -q changed."""
+    env = {k: os.environ.get(k) for k in QUIET_ENV}
+    with warnings.catch_warnings():
+        try:
+            yield
+        finally:
+            quieted = any(os.environ.get(k) != v for k, v in env.items())
+            for k, v in env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            if quieted and "transformers" in sys.modules:
+                from transformers.utils import logging as tf_logging
+
+                tf_logging.set_verbosity_warning()
+                tf_logging.enable_progress_bar()
+
+
+def common_options(fn):
+    """-q/--quiet and -v/--verbose on every command too (`vocabsurgeon add -q ...`)."""
+
+    def _set(flag):
+        def callback(ctx, param, value):
+            if value:
+                root = ctx.find_root()
+                root.ensure_object(dict)
+                root.obj[flag] = True
+                setup_logging(root.obj.get("quiet", False), root.obj.get("verbose", False))
+            return value
+        return callback
+
+    fn = click.option("-v", "--verbose", is_flag=True, expose_value=False, callback=_set("verbose"),
+                      help="Debug logging on stderr.")(fn)
+    fn = click.option("-q", "--quiet", is_flag=True, expose_value=False, callback=_set("quiet"),
+                      help="Only errors on stderr; no progress bars.")(fn)
+    return fn
+
+
+def is_quiet(ctx) -> bool:
+    return bool(ctx.find_root().obj.get("quiet"))
+
+
+def emit(data: dict) -> None:
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def check_plot(ctx, param, value):
+    """--plot: matplotlib installed and a format it writes; checked before any long work, so that a bad
+    name is not found after minutes of validation."""
+    if value is not None:
+        from ..errors import InputError
+        from ..validation.plot import require_plot
+
+        if not value:  # matplotlib would write a file named ".png" in the current directory
+            raise InputError("--plot needs a file name, e.g. --plot kl.png")
+        require_plot()
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        formats = FigureCanvasBase.get_supported_filetypes()
+        suffix = Path(value).suffix.lstrip(".").lower()
+        if suffix not in formats:
+            raise InputError(f"--plot {value}: matplotlib cannot write a '.{suffix}' file; name it .png "
+                             f"(or {', '.join('.' + f for f in sorted(formats) if f != 'png')})")
+    return value
+
+
+def check_plot_dir(plot: str | None, created: str | None = None) -> None:
+    """--plot's directory exists (or is `created`: add's OUT, made before the plot is drawn)."""
+    if plot and not Path(plot).parent.is_dir():
+        parent = Path(plot).parent
+        if created is None or parent.resolve() != Path(created).resolve():
+            from ..errors import InputError
+
+            raise InputError(f"--plot {plot}: the directory {parent} does not exist; create it first")
+
+
+def check_plot_here(ctx, param, value):
+    check_plot(ctx, param, value)
+    check_plot_dir(value)
+    return value
+
+
+def validation_options(fn):
+    """The corpus, work bound, plot and pass/fail thresholds of `validate`, shared with `add`."""
+    from ..validation.validate import DEFAULT_MAX_TOKENS, Thresholds
+
+    d = Thresholds()
+    for decorator in reversed([
+        click.option("--corpus", type=click.Path(dir_okay=False, path_type=str),
+                     help="UTF-8 text to validate on (default: a few KB of prose, dialogue, numbers and code "
+                          "shipped with vocabsurgeon)."),
+        click.option("--max-tokens", default=DEFAULT_MAX_TOKENS, show_default=True, type=click.IntRange(min=1),
+                     help="Corpus tokens of the KL check: bounds the work on big models."),
+        click.option("--plot", type=click.Path(dir_okay=False, path_type=str), callback=check_plot,
+                     help="Also write a PNG histogram of per-position KL (needs the extra vocabsurgeon[plot])."),
+        click.option("--max-kl-mean", default=d.max_kl_mean, show_default=True, type=float,
+                     help="Fail when the mean KL(p_old||p_new) in nats is above this (or above the mean-init "
+                          "bound log(1+k/n), when that is larger)."),
+        click.option("--max-kl-p99", default=d.max_kl_p99, show_default=True, type=float,
+                     help="Fail when the 99th percentile of KL in nats is above this (or the bound, when larger)."),
+        click.option("--max-new-token-fraction", default=d.max_new_token_fraction, show_default=True, type=float,
+                     help="Fail when more of the tokens sampled after prompts without new words are new tokens."),
+        click.option("--max-stuck-fraction", default=d.max_stuck_fraction, show_default=True, type=float,
+                     help="Fail when more of the prompts ending in a new token make the model repeat it."),
+    ]):
+        fn = decorator(fn)
+    return fn
+
+
+def quiet_hub(ctx, as_json: bool) -> None:
+    """huggingface_hub draws its own progress bars (download, upload); keep them off with -q and --json."""
+    if is_quiet(ctx) or as_json:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+
+
+PRIVATE_OPTION = click.option("--private", is_flag=True, default=None,
+                               help="Create the repo private (no effect when it exists; with add, needs --push-to).")
+CREATE_PR_OPTION = click.option("--create-pr", is_flag=True,
+                                 help="Open a pull request instead of committing to the branch (review, then merge).")
+HF_TOKEN_HELP = "Hugging Face token (default: HF_TOKEN, then the stored `hf auth login`)."
+
+
+def hub_options(which: str, note: str = "", token_use: str = ""):
+    """--revision and --hf-token of a command that reads checkpoints given as Hub repo ids.
+
+    `which` says what --revision applies to ("SRC when it is a Hub repo id"), `note` is added to its
+    help and `token_use` to the token's. The library resolves the repo ids (`hub.resolve_checkpoints`).
+    """
+    def decorate(fn):
+        fn = click.option("--hf-token", help=f"{HF_TOKEN_HELP} {token_use}".strip())(fn)
+        return click.option("--revision", metavar="REV",
+                            help=f"Branch, tag or commit of {which} (default: main). {note}".strip())(fn)
+    return decorate
+
+
+def two_checkpoint_hub_options(names: str):
+    """hub_options of a command that reads two checkpoints (`names`, e.g. "A and B").
+
+    One --revision, for the one(s) given as repo ids: the usual case is one repo id (the original on
+    the Hub) and one local output; per-argument revisions would double the options for the rare
+    comparison of two revisions of one repo, which the help's note covers.
+    """
+    return hub_options(f"whichever of {names} is a Hub repo id, both when both are",
+                       "To use two revisions of one repo, download one with `hf download REPO --revision REV "
+                       "--local-dir DIR` and pass DIR.")
+
+
+def tensor_key_options(fn):
+    """--embedding-key and --lm-head-key: the vocabulary tensors of an architecture not in the table."""
+    fn = click.option("--lm-head-key", help="Name of the output matrix tensor, for architectures not in the table.")(fn)
+    return click.option("--embedding-key",
+                        help="Name of the input embedding tensor, for architectures not in the table.")(fn)
+
+
+def fit_options(fn):
+    """--untie and the --fit-* options of `add` (`--init fitted`; see fitted.py)."""
+    for decorator in reversed([
+        click.option("--untie", is_flag=True,
+                     help="Tied models: write a separate output matrix (old rows copied bit for bit; config "
+                          "tie_word_embeddings false), so --init fitted can fit input and output rows apart."),
+        click.option("--fit-corpus", type=click.Path(dir_okay=False, path_type=str),
+                     help="--init fitted: UTF-8 text that uses the new words (its paragraphs are the contexts; an "
+                          "encoder's, its sentences). Without it the model writes its own contexts from a few "
+                          "seeded prompts per word (an encoder: seeded template sentences)."),
+        click.option("--fit-contexts", default=8, show_default=True, type=click.IntRange(min=1),
+                     help="--init fitted: context windows per new token, at most."),
+        click.option("--fit-steps", type=click.IntRange(min=0),
+                     help="--init fitted: Adam steps of the input-row distillation, at most. Default: up to 6 "
+                          "passes over the contexts (3 with --fit-depth 1, 10 on an encoder), stopping when a pass "
+                          "gains < 1% on held-out contexts."),
+        click.option("--fit-depth", type=click.FloatRange(min=0, max=1, min_open=True),
+                     help="--init fitted, causal LMs: the share of the layers after which the input-row "
+                          "distillation matches hidden states; each step runs only those layers. 1: the last "
+                          "layer (slower). Default: 0.2."),
+        click.option("--fit-context-tokens", default=32, show_default=True, type=click.IntRange(min=8),
+                     help="--init fitted, causal LMs: tokens per context window around a word (capped by the "
+                          "model's context)."),
+        click.option("--fit-output-steps", default=100, show_default=True, type=click.IntRange(min=1),
+                     help="--init fitted: L-BFGS iterations of the output-row fit."),
+        click.option("--fit-l2", type=click.FloatRange(min=0),
+                     help="--init fitted: weight of the L2 pull of the fitted output rows toward their start "
+                          "(logit units). Default: 0.3 (a masked-LM head: 0.1, toward the distilled input rows)."),
+        click.option("--fit-kl-limit", type=click.FloatRange(min=0),
+                     help="--init fitted: the held-out old-text KL mean (nats) the fitted output rows are shrunk "
+                          "toward the mean row to keep (a masked-LM head: its fitted new bias entries are lowered). "
+                          "Default: the mean-init bound log(1 + k/n)."),
+    ]):
+        fn = decorator(fn)
+    return fn
+
+
+class Bars:
+    """The CLI's side of `progress.Progress`: one tqdm bar per count on stderr, with the stages printed
+    above them ("running: ..."); nothing with -q or --json. A new count closes the counts that are done.
+
+    Where stderr is not a terminal (a pipeline's log) only the counts in LOGGED are drawn: validation
+    is the long step there, and its last line records how long it took; a log of byte counts is noise.
+    """
+
+    LOGGED = frozenset({"validating"})
+
+    def __init__(self, disable: bool):
+        self.disable, self.bars, self.units, self.latest = disable, {}, {}, None
+
+    def stage(self, text: str) -> None:
+        if not self.disable:
+            from tqdm.auto import tqdm
+
+            tqdm.write(f"running: {text}", file=sys.stderr)
+
+    def count(self, name: str, total: int | None, unit: str = ""):
+        """A bar for `name`, drawn once it has a total or work done (a step that fails before it
+        starts leaves no empty bar above the error)."""
+        if self.disable:
+            return _ignore
+        for done in [n for n, b in self.bars.items()
+                     if n != name and b is not None and b.total is not None and b.n >= b.total]:
+            self.bars.pop(done).close()
+        self.units[name] = (total, unit)
+        bar = self.bars.get(name)
+        if bar is not None:  # a running count: its total corrected
+            if total != bar.total:
+                bar.total = total
+                bar.refresh()
+        else:
+            self.bars[name] = None
+            if total:
+                self._draw(name)
+
+        def advance(n: int) -> None:
+            if n:
+                self._draw(name).update(n)
+
+        self.latest = advance
+        return advance
+
+    def _draw(self, name: str):
+        bar = self.bars.get(name)
+        if bar is None:
+            from tqdm.auto import tqdm
+
+            total, unit = self.units[name]
+            in_bytes = unit == "B"
+            bar = self.bars[name] = tqdm(total=total, desc=name, unit=unit or "it", unit_scale=in_bytes,
+                                         unit_divisor=1024 if in_bytes else 1000, file=sys.stderr,
+                                         disable=False if name in self.LOGGED else None)  # None: on a terminal
+        return bar
+
+    def advance(self, n: int) -> None:
+        if self.latest is not None:
+            self.latest(n)
+
+    def close(self) -> None:
+        for bar in self.bars.values():
+            if bar is not None:
+                bar.close()
+        self.bars.clear()
+
+
+def _ignore(*_args) -> None:
+    pass
+
+
+@contextlib.contextmanager
+def progress_bars(ctx, as_json: bool):
+    """The progress callbacks of a command (`progress.Progress`), drawn by `Bars` until the block ends."""
+    from ..progress import Progress
+
+    bars = Bars(is_quiet(ctx) or as_json)
+    try:
+        yield Progress(stage=bars.stage, count=bars.count, advance=bars.advance)
+    finally:
+        bars.close()
+
+
+def validation_options_of(validation: dict, *, seed: int, device: str):
+    """The pipeline's ValidationOptions from the shared validation flags."""
+    from ..add.pipeline import ValidationOptions
+    from ..validation.validate import Thresholds
+
+    v = dict(validation)
+    corpus, max_tokens, plot = v.pop("corpus"), v.pop("max_tokens"), v.pop("plot")
+    return ValidationOptions(corpus=corpus, max_tokens=max_tokens, thresholds=Thresholds(**v), seed=seed,
+                             device=device, plot=plot)
+
+

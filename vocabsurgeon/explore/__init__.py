@@ -1,0 +1,1 @@
+"""Looking at checkpoints: inspect, compare, neighbours, suggest."""

@@ -1,0 +1,456 @@
+"""Which words to add: rank a domain corpus's words by the tokens they would save as one token each.
+
+A word is one of the tokenizer's own pre-tokens (byte-level BPE, WordPiece, Unigram with a
+splitting pre-tokenizer), or, where the family keeps the whole text in one pre-token
+(SentencePiece BPE: Llama 2, Mistral), the pieces between two word-start markers ("▁") joined.
+Its text is read from the corpus through the encoding's offsets, so byte symbols ("Ġ", "Ã©") and
+markers never reach the word; the leading space is the word-start form (" Frodo"), as `add` makes it.
+
+    saving = sum over the word's occurrences of (pieces - 1)
+
+counts only occurrences that are more than one token today and that `add` turns into one token:
+the bare word ("Frodo": sentence start, after punctuation) or a space and the word (" Frodo").
+The candidates are then checked by the same planning code as `add --dry-run`
+(`surgery.plan_tokens`), so a word that `add` would skip (already a token, a form that would split
+an existing token, ...) is never proposed; it is listed under `skipped` with add's reason.
+
+The corpus is streamed: read in bounded pieces, cut into paragraphs (blank lines) and, past
+`chunk_chars`, at a whitespace before a word (where the pre-tokenizers split anyway, so the counts
+do not depend on the chunk size), encoded in batches with padding and truncation off. Memory is
+one chunk plus a Counter of the multi-piece words.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import logging
+import os
+import unicodedata
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from ..errors import InputError
+from ..checkpoint.filenames import TOKENIZER_FILE
+from ..tokenizer.encoding import unpadded
+from ..tokenizer.editor import convert_slow_tokenizer
+from ..add.wordlist import MAX_TOKEN_CHARS
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TOP = 1000
+DEFAULT_MIN_COUNT = 2
+DEFAULT_CHUNK_CHARS = 1 << 20  # characters encoded per batch
+MAX_ITEM_CHARS = 8192  # one batch item (a paragraph, or part of a long one): encode_batch runs items in parallel
+READ_BYTES = 1 << 16  # bytes per read: a file without newlines is still read in bounded pieces
+
+
+@dataclass(frozen=True)
+class CorpusCounts:
+    """What one pass over the corpus found."""
+
+    path: Path
+    bytes: int  # UTF-8 bytes read (a BOM excluded)
+    tokens: int  # tokens of the whole corpus under the original tokenizer
+    occurrences: Counter  # (span, pieces) -> count, for spans of 2+ pieces; span = the word, or " " + word
+
+
+@dataclass
+class Candidate:
+    """A word and what adding it would save on the corpus."""
+
+    word: str
+    count: int  # occurrences that are 2+ tokens today (bare or after one space)
+    tokens: int  # the tokens those occurrences cost today
+
+    @property
+    def saving(self) -> int:
+        """Tokens saved when each of these occurrences is one token: sum of (pieces - 1)."""
+        return self.tokens - self.count
+
+    @property
+    def pieces(self) -> float:
+        """Mean tokens per occurrence today."""
+        return self.tokens / self.count
+
+    def to_dict(self) -> dict:
+        return {"word": self.word, "count": self.count, "pieces": round(self.pieces, 3), "saving": self.saving}
+
+
+@dataclass
+class Suggestion:
+    """The proposed words, best first, and the corpus figures; `to_dict()` is the --json output."""
+
+    checkpoint: str
+    counts: CorpusCounts
+    words: list[Candidate]
+    skipped: list[dict] = field(default_factory=list)  # {"word", "reason", "count", "saving"}, as add would skip
+    candidates: int = 0  # words with count >= min_count that would save a token, before planning
+    top: int = DEFAULT_TOP
+    min_count: int = DEFAULT_MIN_COUNT
+
+    @property
+    def tokens_after(self) -> int:
+        """Corpus tokens if every proposed word were one token at each counted occurrence."""
+        return self.counts.tokens - sum(c.saving for c in self.words)
+
+    def to_dict(self) -> dict:
+        n_bytes = self.counts.bytes
+        return {
+            "checkpoint": self.checkpoint,
+            "corpus": str(self.counts.path),
+            "corpus_bytes": n_bytes,
+            "top": self.top,
+            "min_count": self.min_count,
+            "candidates": self.candidates,
+            "tokens_before": self.counts.tokens,
+            "tokens_after": self.tokens_after,
+            "tokens_per_byte": {"before": self.counts.tokens / n_bytes, "after": self.tokens_after / n_bytes},
+            "words": [c.to_dict() for c in self.words],
+            "skipped": self.skipped,
+        }
+
+    def describe(self) -> str:
+        """The human summary (stderr): corpus size, projected tokens per byte, what was skipped."""
+        d = self.to_dict()
+        saved = d["tokens_before"] - d["tokens_after"]
+        lines = [
+            (f"{len(self.words)} words proposed (of {self.candidates} that save a token and occur at least "
+             f"{self.min_count} times) from {self.counts.path}: {self.counts.bytes:,} bytes, "
+             f"{self.counts.tokens:,} tokens"),
+            (f"tokens per byte {d['tokens_per_byte']['before']:.4f} -> {d['tokens_per_byte']['after']:.4f} "
+             f"(projected: {saved:,} tokens saved, {100 * saved / max(1, self.counts.tokens):.1f}%)"),
+        ]
+        if self.skipped:
+            s = self.skipped[0]
+            lines.append(f"{len(self.skipped)} candidate(s) skipped as `add` would skip them, e.g. {s['word']!r}: "
+                         f"{s['reason']}")
+        return "\n".join(lines)
+
+    def tokens_file(self) -> str:
+        """The proposed words as a tokens file for `add --tokens` (one per line; a word that starts
+        with "#" is written "\\#word", since a tokens file reads "#" lines as comments)."""
+        return "".join(("\\" if c.word.startswith("#") else "") + c.word + "\n" for c in self.words)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading and counting
+
+
+def counting_tokenizer(directory: str | os.PathLike) -> Tokenizer:
+    """The checkpoint's tokenizer, set to encode whole texts: no padding, no truncation, no post-processor.
+
+    tokenizer.json may ship padding and truncation (sentence-transformers models do): truncation
+    would drop the end of every paragraph from the counts. The post-processor only adds special
+    tokens (not wanted here) and may trim offsets.
+    """
+    directory = Path(directory)
+    file = directory / TOKENIZER_FILE
+    try:
+        if file.exists():
+            tok = Tokenizer.from_file(str(file))
+        else:  # a slow-only checkpoint: converted as `add` converts it (raises InputError when it cannot)
+            tok = Tokenizer.from_str(json.dumps(convert_slow_tokenizer(directory)[0]))
+    except InputError:
+        raise
+    except Exception as e:  # noqa: BLE001 (the Rust parser raises plain Exception subclasses)
+        raise InputError(f"{file}: the tokenizers library cannot load it ({e}); re-download it") from None
+    tok = unpadded(tok)
+    tok.post_processor = None
+    return tok
+
+
+def word_start_marker(tok: Tokenizer) -> str | None:
+    """The Metaspace replacement ("▁") when the tokenizer uses one: a piece that starts with it starts
+    a word, also where the pre-tokenizer keeps the whole text together (split false, Llama 2)."""
+    data = json.loads(tok.to_str())
+
+    def find(node) -> str | None:
+        if isinstance(node, dict):
+            if node.get("type") == "Metaspace":
+                return node.get("replacement", "▁")
+            if node.get("type") == "Replace" and node.get("content") == "▁":  # legacy Llama 2 normalizer
+                return "▁"
+            for child in node.get("pretokenizers") or node.get("normalizers") or []:
+                found = find(child)
+                if found:
+                    return found
+        return None
+
+    return find(data.get("pre_tokenizer")) or find(data.get("normalizer"))
+
+
+class _Reader:
+    """Streams a UTF-8 file as paragraph-sized texts; `pos` is the byte position reached."""
+
+    def __init__(self, path: Path, item_chars: int):
+        self.path = path
+        self.item_chars = item_chars
+        self.pos = 0
+        self.bytes = 0  # UTF-8 bytes of text (BOM excluded), known at the end
+
+    def __iter__(self) -> Iterator[str]:
+        decoder = codecs.getincrementaldecoder("utf-8-sig")()
+        buf = ""  # the current paragraph, not yet given out
+        line = ""  # the current line so far (a long line arrives in pieces)
+        has_text = False  # the current line has a non-whitespace character
+        blank = False  # a blank line came last: the next line with text starts a paragraph
+        try:
+            f = open(self.path, "rb")  # noqa: SIM115 (closed by the with below; a missing file is an InputError)
+        except OSError as e:
+            raise InputError(f"{self.path}: cannot read the corpus ({e.strerror}); check the path") from None
+        with f:
+            while True:
+                raw = f.readline(READ_BYTES)
+                held = len(decoder.getstate()[0])
+                try:
+                    text = decoder.decode(raw, final=not raw)
+                except UnicodeDecodeError as e:
+                    raise InputError(f"{self.path}: invalid UTF-8 near byte {max(0, self.pos - held + e.start)}; "
+                                     "save the corpus as UTF-8") from None
+                if self.pos == 0 and raw.startswith(codecs.BOM_UTF8):
+                    self.bytes -= len(codecs.BOM_UTF8)
+                self.pos += len(raw)
+                self.bytes += len(raw)
+                if not raw:
+                    break
+                line += text
+                if not has_text and line.strip():
+                    has_text = True
+                    if blank and buf:
+                        yield buf
+                        buf = ""
+                    blank = False
+                if line.endswith("\n"):
+                    blank = not has_text
+                    buf, line, has_text = buf + line, "", False
+                elif len(line) > self.item_chars:  # a long line: its part so far joins the paragraph
+                    buf, line = buf + line, ""
+                while len(buf) > self.item_chars:
+                    cut = _cut(buf, self.item_chars)
+                    yield buf[:cut]
+                    buf = buf[cut:]
+        buf += line
+        while len(buf) > self.item_chars:
+            cut = _cut(buf, self.item_chars)
+            yield buf[:cut]
+            buf = buf[cut:]
+        if buf:
+            yield buf
+
+
+def _cut(text: str, limit: int) -> int:
+    """Where to cut `text` (at most `limit` characters before): at the last whitespace character that
+    is followed by a non-whitespace one, so the next part starts with " word" (or "\\nword"), as the
+    pre-tokenizers split. A run of `limit` characters without such a place is cut at `limit`."""
+    for i in range(limit, 0, -1):
+        if text[i - 1].isspace() and i < len(text) and not text[i].isspace():
+            return i - 1 if i - 1 > 0 else limit
+    return limit
+
+
+def _batches(reader: _Reader, chunk_chars: int) -> Iterator[list[str]]:
+    batch: list[str] = []
+    size = 0
+    for item in reader:
+        batch.append(item)
+        size += len(item)
+        if size >= chunk_chars:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def _class(c: str) -> int:
+    return 0 if c.isalnum() else 1 if c.isspace() else 2
+
+
+def _words(text: str, enc, marker: str | None) -> Iterator[tuple[int, int, int]]:
+    """(start, end, pieces) of each word of one encoding: its pre-tokens; with a Metaspace marker, also
+    split where a piece starts with the marker or where letters meet punctuation or whitespace (so
+    "Frodo," is "Frodo" and ","), since SentencePiece keeps whole text, or "Frodo,", in one pre-token."""
+    wids, offs = enc.word_ids, enc.offsets
+    pieces = enc.tokens if marker else None
+    n = len(wids)
+    start = 0
+    for i in range(1, n + 1):
+        if i < n and wids[i] == wids[start]:
+            if not pieces:
+                continue
+            s, w = offs[i][0], offs[start][0]
+            if not pieces[i].startswith(marker):
+                if s <= w or s >= len(text):  # a piece inside the word's first character ("▁" + "F")
+                    continue
+                a, b = _class(text[s - 1]), _class(text[s])
+                if a == b or (a == 1 and not text[w:s].strip()):  # same class, or a word after its "▁" piece
+                    continue
+        yield offs[start][0], offs[i - 1][1], i - start
+        start = i
+
+
+def count_words(tok: Tokenizer, corpus: str | os.PathLike, *, chunk_chars: int = DEFAULT_CHUNK_CHARS,
+                progress: Callable[[int], None] | None = None) -> CorpusCounts:
+    """Stream `corpus` through `tok` and count the multi-piece words (see the module docstring).
+
+    Args:
+        tok: the tokenizer, from `counting_tokenizer` (padding and truncation off).
+        corpus: a UTF-8 text file.
+        chunk_chars: characters encoded per `encode_batch` call; also bounds one batch item.
+        progress: called with the bytes read after each batch.
+
+    Raises:
+        InputError: the corpus cannot be read, is not UTF-8, or is empty.
+    """
+    path = Path(corpus)
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory; pass a UTF-8 text file as --corpus")
+    if chunk_chars < 1:
+        raise InputError(f"chunk size must be positive, got {chunk_chars}")
+    marker = word_start_marker(tok)
+    reader = _Reader(path, min(chunk_chars, MAX_ITEM_CHARS))
+    occurrences: Counter = Counter()
+    tokens = 0
+    reported = 0
+    for batch in _batches(reader, chunk_chars):
+        for text, enc in zip(batch, tok.encode_batch(batch, add_special_tokens=False)):
+            tokens += len(enc.ids)
+            for start, end, n in _words(text, enc, marker):
+                if n >= 2:
+                    span = text[start:end]
+                    if marker and not (span[-1].isalnum() and span.lstrip()[:1].isalnum()):
+                        continue  # a piece that holds letters and punctuation ("s." of "days."): not one word
+                    occurrences[span, n] += 1
+        if progress:
+            progress(reader.pos - reported)
+            reported = reader.pos
+    if progress and reader.pos > reported:
+        progress(reader.pos - reported)
+    if reader.bytes == 0:
+        raise InputError(f"{path}: the corpus is empty; pass a UTF-8 text file with the domain's text")
+    return CorpusCounts(path, reader.bytes, tokens, occurrences)
+
+
+def _proposable(word: str) -> bool:
+    """A word that a tokens file can hold and that is a word: no whitespace or control character,
+    not too long, with at least one letter or digit (runs of punctuation are not proposed), and not
+    starting with "\\#" (a tokens file reads it as an escaped "#"; "#include" is written "\\#include")."""
+    return (0 < len(word) <= MAX_TOKEN_CHARS and any(c.isalnum() for c in word) and not word.startswith("\\#")
+            and not any(c.isspace() or unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn") for c in word))
+
+
+def rank(counts: CorpusCounts, tok: Tokenizer | None = None, *, min_count: int = DEFAULT_MIN_COUNT) -> list[Candidate]:
+    """The candidates, most tokens saved first (then most frequent, then alphabetical).
+
+    Spellings that the tokenizer's normalizer makes equal ("Frodo" and "frodo" on an uncased
+    tokenizer) are one candidate, named by the most frequent spelling: `add` refuses two tokens
+    that normalize alike.
+    """
+    words: dict[str, Candidate] = {}
+    for (span, pieces), n in counts.occurrences.items():
+        word = span.removeprefix(" ")
+        if not _proposable(word):
+            continue  # also: a span after other whitespace ("\t", two spaces) that add would not make one token
+        c = words.setdefault(word, Candidate(word, 0, 0))
+        c.count += n
+        c.tokens += n * pieces
+    normalizer = tok.normalizer if tok is not None else None
+    if normalizer is not None:
+        groups: dict[str, list[Candidate]] = {}
+        for c in words.values():
+            groups.setdefault(normalizer.normalize_str(c.word), []).append(c)
+        merged = []
+        for group in groups.values():
+            group.sort(key=lambda c: (-c.count, c.word))
+            merged.append(Candidate(group[0].word, sum(c.count for c in group), sum(c.tokens for c in group)))
+    else:
+        merged = list(words.values())
+    kept = [c for c in merged if c.count >= min_count and c.saving > 0]
+    kept.sort(key=lambda c: (-c.saving, -c.count, c.word))
+    return kept
+
+
+# ---------------------------------------------------------------------------------------------
+# Choosing what add would take
+
+
+def _skips(target, words: list[str]) -> dict[str, str]:
+    """The words `add` would skip, with its reasons: the same plan as `add --dry-run`."""
+    from ..add.plan import plan_tokens
+
+    return {s["token"]: s["reason"] for s in plan_tokens(target, words).tokens.skipped}
+
+
+def choose(target, ranked: list[Candidate], top: int) -> tuple[list[Candidate], list[dict]]:
+    """The first `top` candidates that `add` would take, planned together as `add` will plan them.
+
+    Plans the best candidates, a margin more than are still needed at a time, so a large corpus
+    never plans all its words; a final plan of exactly the chosen words confirms none is skipped
+    (a word can depend on the others: two spellings that end up as the same piece).
+    """
+    chosen: list[Candidate] = []
+    skipped: list[dict] = []
+    i = 0
+    while len(chosen) < top and i < len(ranked):
+        need = top - len(chosen)
+        batch = ranked[i:i + need + need // 4 + 8]
+        i += len(batch)
+        skips = _skips(target, [c.word for c in chosen + batch])
+        for c in chosen + batch:
+            if c.word in skips:
+                skipped.append({"word": c.word, "reason": skips[c.word], "count": c.count, "saving": c.saving})
+        chosen = [c for c in chosen + batch if c.word not in skips][:top]
+    for _ in range(8):  # removing words only lowers what the others depend on; bounded anyway
+        skips = _skips(target, [c.word for c in chosen]) if chosen else {}
+        if not skips:
+            return chosen, skipped
+        skipped += [{"word": c.word, "reason": skips[c.word], "count": c.count, "saving": c.saving}
+                    for c in chosen if c.word in skips]
+        chosen = [c for c in chosen if c.word not in skips]
+    raise InputError(f"{target.src}: the add plan keeps skipping words of the suggestion; please report it")
+
+
+def suggest_tokens(ckpt: str | os.PathLike, corpus: str | os.PathLike, *, top: int = DEFAULT_TOP,
+                   min_count: int = DEFAULT_MIN_COUNT, chunk_chars: int = DEFAULT_CHUNK_CHARS,
+                   progress: Callable[[int], None] | None = None, embedding_key: str | None = None,
+                   lm_head_key: str | None = None, revision: str | None = None,
+                   token: str | None = None) -> Suggestion:
+    """Rank the words of `corpus` by the tokens they would save as new tokens of `ckpt`.
+
+    Args:
+        ckpt: a checkpoint directory or Hub repo id (as `add` takes it, at `revision` with `token`).
+        corpus: a UTF-8 text file, streamed (any size).
+        top: how many words to propose at most.
+        min_count: ignore words with fewer occurrences.
+        chunk_chars: characters per encoded batch (bounds memory; does not change the result).
+        progress: called with the bytes read after each batch.
+
+    Returns:
+        The proposed words, best first, none of them a word `add` would skip.
+
+    Raises:
+        InputError: the checkpoint, its tokenizer or the corpus cannot be used.
+
+    Example:
+        >>> s = suggest_tokens("fixtures/gpt2-tiny", "fixtures/corpus_lotr.txt", top=3)
+        >>> [c.word for c in s.words]
+        ['Frodo', 'Gollum', 'Aragorn']
+    """
+    from ..add.plan import AddOptions, open_target
+
+    if top < 1:
+        raise InputError(f"--top must be at least 1, got {top}")
+    if min_count < 1:
+        raise InputError(f"--min-count must be at least 1, got {min_count}")
+    target = open_target(ckpt, AddOptions(embedding_key=embedding_key, lm_head_key=lm_head_key), revision=revision,
+                         token=token)
+    tok = counting_tokenizer(target.ckpt.path)
+    counts = count_words(tok, corpus, chunk_chars=chunk_chars, progress=progress)
+    ranked = rank(counts, tok, min_count=min_count)
+    logger.info("%d candidate words save a token and occur at least %d times", len(ranked), min_count)
+    words, skipped = choose(target, ranked, top)
+    return Suggestion(str(ckpt), counts, words, skipped, len(ranked), top, min_count)

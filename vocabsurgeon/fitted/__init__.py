@@ -1,0 +1,1 @@
+"""Fitted init: new rows fitted to what the model predicts and reads in context."""

@@ -1,0 +1,559 @@
+"""The fitted init (`--init fitted`): new rows fitted from forward passes of the frozen model.
+
+Unlike the strategies in `init.py` (pure functions of the old rows), this one runs the model, so
+surgery calls `fit_rows` once before the rows are written and the `fitted` strategy hands out its
+result. Nothing else in the model changes.
+
+- Output rows, convex. At each position of contexts that use the new words, the ideal new
+  distribution is the old one with the probability of a word's spelling, q = p_old(pieces | prefix),
+  moved from its first piece onto the new token. With the old rows and the hidden state h fixed,
+  only the new logits h . w are free, and the cross-entropy against that ideal is convex in the new
+  rows; where no new word follows (q = 0) it is exactly KL(p_old || p_new), so the KL penalty is part
+  of the objective. Old text (half of the packaged corpus, weighted up) adds such q = 0 positions.
+  Minimized with L-BFGS from the sub-word mean row (or another prior), with an L2 penalty toward it.
+  With a corpus the ideal puts q = 1 where the corpus has the word (maximum likelihood of the new
+  tokenization); with generated contexts q = p_old(pieces | prefix), the old model's own belief.
+- The bound, by construction. The objective penalises the old-text KL but does not bound it, so
+  after the fit the KL is measured on held-out old text (the packaged corpus's other half, and
+  the chat-template samples), and when its mean exceeds the limit (default: the mean-init bound
+  log(1 + k/n)) or its p99 exceeds FIT_KL_P99, the rows are shrunk toward the mean row by the
+  largest factor that meets both (`shrink_to_limit`; the mean row itself meets the bound).
+- Input rows, distillation (AweDist, 2025). The model reading the new token must give the hidden
+  states it gives on the word's pieces, at the positions that follow; Adam over the new rows only,
+  starting from the sub-word mean, in passes over the windows until held-out windows stop gaining.
+  The hidden states are those after the first fifth of the layers (DISTILL_DEPTH, layer_tap.py):
+  each step runs only those layers.
+- Contexts: windows of a corpus that use the words (at most `contexts_per_word` per token), or,
+  without a corpus, text the model generates after a few prompts per word (seeded). The frozen
+  model runs over them once (`_teach`); both fits read that pass.
+- Encoders (masked-LM heads, BERT bodies, sentence-transformers checkpoints) take another path:
+  `fit_rows` hands them to fitted_encoder.py. What both paths share is in fit_common.py.
+
+Only the fitting math lives here: loading, encoding, the packaged corpus and the device come from
+runtime.py and devices.py, as for validation. Deterministic for a seed on one machine. The
+library never prints: progress goes to a callback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..progress import Steps
+from ..errors import InputError
+from .common import (  # noqa: F401  (FitResult, Run, find_runs: the fitting API, importable from here)
+    FIT_KL_P99,
+    contexts_found,
+    DEFAULT_OLD_TEXT_WEIGHT,
+    FitOptions,
+    FitResult,
+    FitToken,
+    OUTPUT_STARTS,
+    Run,
+    Window,
+    find_runs,
+    narrow_threads,
+    output_prior,
+    pad_batch,
+    read_fit_corpus,
+    kl_figures,
+    subword_mean,
+)
+from ..init import kl_bound
+from ..runtime import LoadedModel, ModelKind, context_length, encode, load_tokenizer, loaded_model, model_kind, read_corpus
+from .distill import distill_input_rows
+from .layer_tap import layers_for
+from ..tokenizer.chats import chat_samples
+
+logger = logging.getLogger(__name__)
+
+# The output fit's L2 weight and old-text weight (fit_common.DEFAULT_OLD_TEXT_WEIGHT = 16), chosen on the
+# trained fixtures over l2 in {0.1, 0.3, 1, 3} x weight in {1, 4, 16} (bench/RESULTS.md): weighting old
+# text controls the KL at less cost in bits per byte than a stronger L2 does; this pair keeps KL mean
+# within log(1 + k/n) and p99 under 0.05 nats on held-out old text for both fixtures, tied and untied.
+DEFAULT_L2 = 0.3
+CAUSAL_PASSES = 3  # distillation passes over the windows, at most, unless FitOptions.passes says
+# Distillation matches the hidden states after this share of a causal model's layers (FitOptions.depth;
+# layer_tap.py), in at most DEPTH_PASSES passes (a pass costs that share of one over all layers).
+# SmolLM2-135M (30 layers), 100 words (bench/fitted_bench.py): matched after 6 layers, the rows'
+# held-out loss at the last layer was 0.054 against 0.053 matched there, in a third of the time.
+DISTILL_DEPTH = 0.2
+BATCH_LOGITS_BYTES = 2**28  # a teacher batch's logits at most this large are computed in one product
+DEPTH_PASSES = 6
+
+# Prompts of generated contexts; "{}" is the form (" Frodo" carries its space)
+BARE_PROMPTS = ("{}", "\"{}", "{} is", "({}")
+SPACE_PROMPTS = ("The{}", "It was{}", "We talked about{}", "I saw{}")
+
+
+def word_windows(text: str, tok, prefix: list[int], tokens: list[FitToken], length: int,
+                   per_token: int) -> list[Window]:
+    """Windows of at most `length` tokens around the occurrences of new tokens in the paragraphs of
+    `text`, in corpus order: each ends a quarter of `length` after an occurrence (the positions that
+    follow it, which distillation matches) and starts as far before it as the length allows (its
+    context). An occurrence whose token already has `per_token` windows, or that an earlier window
+    holds, adds none. Each window starts with `prefix` (the model's sequence start)."""
+    span = max(2, length - len(prefix))
+    after = span // 4
+    counts = [0] * len(tokens)
+    out = []
+    for para in (p for p in text.split("\n\n") if p.strip()):
+        ids = encode(tok, para)
+        covered = 0  # paragraph ids before this are in the last window taken
+        for r in find_runs(ids, tokens):
+            if counts[r.j] >= per_token or r.start + r.length <= covered:
+                continue
+            end = min(len(ids), r.start + r.length + after)
+            start = max(0, end - span)
+            if start > r.start:  # a word longer than the window: skip it
+                continue
+            w = Window(prefix + ids[start:end], [])
+            w.runs = find_runs(w.old, tokens)
+            out.append(w)
+            covered = end
+            for q in w.runs:
+                counts[q.j] += 1
+    return out
+
+
+def check_kind(src: Path) -> ModelKind:
+    """The checkpoint's kind, refused in one line unless fitted can run it: a causal LM, or an encoder
+    (a masked-LM head, or a body without one such as a sentence-transformers checkpoint).
+
+    Raises:
+        InputError: naming the model kind, what fitted supports and what to use instead.
+    """
+    kind = model_kind(src)
+    if kind.task in ("causal", "masked", "encoder"):
+        return kind
+    what = {"seq2seq": f"{kind.class_name} is a sequence-to-sequence model"}.get(kind.task or "", kind.reason)
+    raise InputError(f"{src}: --init fitted supports causal language models and encoders (BERT-style, masked-LM "
+                     f"or sentence-transformers); {what}: use --init subword-mean (or mean)")
+
+
+class _Model:
+    """The frozen causal LM, loaded by runtime.loaded_model: hidden states (the output layer's input),
+    the old output rows, and what each window starts with."""
+
+    def __init__(self, lm: LoadedModel, tok):
+        self.model = lm.model.requires_grad_(False)
+        out = self.model.get_output_embeddings()
+        self.W = out.weight.detach()  # (n, hidden)
+        self.b = out.bias.detach() if getattr(out, "bias", None) is not None else None
+        self.E = self.model.get_input_embeddings().weight.detach()  # (n, hidden)
+        self.n = self.W.shape[0]
+        self.device = lm.device
+        self.max_len = context_length(lm)
+        self.prefix = lm.prefix(tok)
+        self._checked = False
+
+    def hidden(self, ids, mask=None, embeds=None):
+        """(B, T, hidden) last hidden states: the output layer's input."""
+        kwargs = {"attention_mask": mask, "use_cache": False}
+        if embeds is not None:
+            return self.model.base_model(inputs_embeds=embeds, **kwargs).last_hidden_state
+        return self.model.base_model(input_ids=ids, **kwargs).last_hidden_state
+
+    def logits(self, h):
+        z = h.float() @ self.W.float().T
+        return z + self.b.float() if self.b is not None else z
+
+    def check_linear_head(self, ids) -> None:
+        """The fit assumes logits = h . W (+ b); refuse models that scale or cap them."""
+        import torch
+
+        with torch.no_grad():
+            want = self.model(input_ids=ids[:1], attention_mask=torch.ones_like(ids[:1]), use_cache=False).logits.float()
+            got = self.logits(self.hidden(ids[:1]))
+        tol = 1e-3 * max(1.0, float(want.abs().max()))
+        if not torch.allclose(want, got, atol=tol, rtol=0):
+            raise InputError(f"{type(self.model).__name__} computes its logits with more than hidden . lm_head "
+                             "(scaling or capping), which --init fitted does not model; use --init mean or subword-mean")
+        self._checked = True
+
+
+@dataclass
+class _Teacher:
+    """What the frozen model says on each window (old tokenization), kept on the CPU."""
+
+    h: list  # per window: (T, hidden) float32 hidden states
+    logz: list  # per window: (T,) float64 log partition function
+    lp_next: list  # per window: (T - 1,) float64 log p(next old id)
+    prefix_kv: dict = field(default_factory=dict)  # window -> keys and values of its start (see _teach)
+    at_depth: list | None = None  # per window: (T, hidden) float32 after the first `depth` layers, through the final norm
+
+
+def _teach(m: _Model, windows: list[Window], batch: int, say: Steps, stage: str = "model on contexts",
+           keep: dict[int, int] | None = None, depth: int | None = None) -> _Teacher:
+    """The frozen model's pass over `windows`, once: what the fits read instead of running it again.
+    With `keep` ({window: positions}), the keys and values of each such window's first positions
+    are kept too (`prefix_kv`): distillation's prefix cache, which would otherwise run them again.
+    With `depth`, the hidden states after that many decoder layers too (`at_depth`: what
+    distillation matches, layer_tap.LayerTap).
+
+    log Z is a float32 log-sum-exp over the vocabulary (its rounding, ~1e-7 relative, moves a KL by
+    as little), taken per window on its own positions: float64 logits of a batch of long windows
+    would be gigabytes (8 x 512 x 49,152 x 8 bytes). Windows are batched in length order (padding
+    costs as much as real positions); the results are in the order of `windows`."""
+    import torch
+
+    from .layer_tap import LayerTap
+    from .prefix_cache import window_prefixes
+
+    h_, logz_, lp_ = [None] * len(windows), [None] * len(windows), [None] * len(windows)
+    at_ = [None] * len(windows) if depth else None
+    kv: dict = {}
+    order = sorted(range(len(windows)), key=lambda i: len(windows[i].old))
+    tap = LayerTap(m.model.base_model, depth, stop=False) if depth else contextlib.nullcontext()
+    with tap, torch.no_grad():
+        for s in range(0, len(order), batch):
+            part = order[s:s + batch]
+            ids, mask = pad_batch([windows[i].old for i in part], 0, m.device)
+            if not m._checked:
+                m.check_linear_head(ids[:, :int(mask[0].sum())])
+            out = m.model.base_model(input_ids=ids, attention_mask=mask, use_cache=bool(keep))
+            h = out.last_hidden_state
+            if keep:
+                try:
+                    kv.update(window_prefixes(out, keep, part))
+                except Exception as e:  # noqa: BLE001 - no usable cache: distillation runs the prefixes itself
+                    logger.info("the teacher pass keeps no prefix cache (%s: %s)", type(e).__name__, e)
+                    keep, kv = None, {}
+            del out
+            # the batch's logits in one product where they are small (short windows: 25% faster than
+            # one window at a time on SmolLM2's 49,152 rows), else window by window
+            whole = m.logits(h) if h.shape[0] * h.shape[1] * m.n * 4 <= BATCH_LOGITS_BYTES else None
+            for b, i in enumerate(part):
+                T = len(windows[i].old)
+                z = whole[b, :T] if whole is not None else m.logits(h[b, :T])  # (T, n) float32
+                lz = z.logsumexp(-1)
+                h_[i] = h[b, :T].float().cpu()
+                logz_[i] = lz.double().cpu()
+                lp_[i] = (z[:-1].gather(-1, ids[b, 1:T, None])[..., 0] - lz[:-1]).double().cpu()
+                if depth:
+                    at_[i] = tap.h[b, :T].cpu()
+            say(stage, min(s + batch, len(windows)), len(windows))
+    return _Teacher(h_, logz_, lp_, kv, at_)
+
+
+@dataclass
+class _OutputData:
+    """Positions of the output objective: hidden states, old log Z, and where a new word follows
+    with which probability q."""
+
+    h: object  # (P, hidden)
+    logz: object  # (P,)
+    q_pos: object  # (Q,) position index
+    q_tok: object  # (Q,) token index j
+    q: object  # (Q,) p_old(pieces | prefix)
+    weight: object = None  # (P,) weight of each position's term (None: all 1)
+
+
+def _output_data(windows: list[Window], teacher: _Teacher, target: str = "model") -> _OutputData:
+    import torch
+
+    hs, lzs, qp, qt, qv = [], [], [], [], []
+    base = 0
+    for w, h, lz, lp in zip(windows, teacher.h, teacher.logz, teacher.lp_next):
+        keep = torch.ones(len(w.old), dtype=torch.bool)
+        for r in w.runs:
+            keep[r.start:r.start + r.length - 1] = False  # predict a piece inside the word: no new position
+        index = torch.cumsum(keep.long(), 0) - 1 + base
+        for r in w.runs:
+            if r.start == 0:
+                continue
+            qp.append(int(index[r.start - 1]))
+            qt.append(r.j)
+            qv.append(1.0 if target == "corpus" else float(lp[r.start - 1:r.start + r.length - 1].sum().exp()))
+        hs.append(h[keep])
+        lzs.append(lz[keep])
+        base += int(keep.sum())
+    return _OutputData(torch.cat(hs), torch.cat(lzs), torch.tensor(qp, dtype=torch.long),
+                       torch.tensor(qt, dtype=torch.long), torch.tensor(qv, dtype=torch.float64))
+
+
+def _kl_new(h, logz, W, b_new):
+    """KL(p_old || p_new) at positions where no new word follows: log(1 + sum_j exp(h.w_j + b - log Z))."""
+    s = h @ W.T + b_new  # (P, k)
+    return (s.logsumexp(-1) - logz).exp().log1p()
+
+
+def fit_output_rows(data: _OutputData, prior, b_new: float, l2: float, steps: int, say: Steps, device=None):
+    """The new output rows minimizing sum over positions of CE(ideal || p_new) + l2/2 * scale * |W - prior|^2.
+
+    Per position: weight * (log(Z_old + sum_j exp(s_j)) - log Z_old) - sum_j q_j s_j, s = h . W^T + b. Convex in
+    W (a log-sum-exp minus a linear term), so L-BFGS finds the optimum. The L2 weight is in logit
+    units: `scale` is the mean squared hidden-state coordinate, so moving a row by d costs about what
+    moving a typical logit by |d| * rms(h) * sqrt(hidden) does. Float64 on the CPU; float32 on a GPU
+    (`device`), where the hidden states of many contexts would not fit twice as wide.
+    """
+    import torch
+
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    dt = torch.float64 if dev.type == "cpu" else torch.float32
+    h, logz = data.h.to(dev, dt), data.logz.to(dev, dt)
+    prior = prior.to(dev, dt)
+    q, q_pos, q_tok = data.q.to(dev, dt), data.q_pos.to(dev), data.q_tok.to(dev)
+    weight = data.weight.to(dev, dt) if data.weight is not None else None
+    scale = float((h ** 2).mean()) * h.shape[1]
+    lam = l2 * scale
+    W = prior.clone().requires_grad_(True)
+    opt = torch.optim.LBFGS([W], lr=1.0, max_iter=steps, history_size=20, line_search_fn="strong_wolfe",
+                            tolerance_grad=1e-10, tolerance_change=1e-12)
+    calls = [0]
+
+    def closure():
+        opt.zero_grad()
+        s = h @ W.T + b_new  # (P, k)
+        kl = torch.logaddexp(logz, s.logsumexp(-1)) - logz
+        obj = (kl * weight).sum() if weight is not None else kl.sum()
+        obj = obj - (q * s[q_pos, q_tok]).sum() + 0.5 * lam * ((W - prior) ** 2).sum()
+        obj.backward()
+        calls[0] += 1
+        say("output rows", min(calls[0], steps), steps)
+        return obj
+
+    opt.step(closure)
+    say("output rows", steps, steps)  # converged, possibly before the last iteration
+    return W.detach().double().cpu(), calls[0]
+
+
+def generated_windows(m: _Model, tok, tokens: list[FitToken], opts: FitOptions, say: Steps) -> list[Window]:
+    """Contexts the model writes itself: each form in a few prompts, continued by seeded sampling."""
+    import torch
+
+    prefix = m.prefix
+    prompts = []
+    for t in tokens:
+        templates = SPACE_PROMPTS if t.form.startswith(" ") else BARE_PROMPTS
+        for p in templates[:opts.prompts_per_word]:
+            prompts.append(prefix + encode(tok, p.format(t.form)))
+    eos = tok.eos_token_id
+    pad = tok.pad_token_id if tok.pad_token_id is not None else (eos if eos is not None else 0)
+    gen = torch.Generator(device="cpu").manual_seed(opts.seed)
+    limit = min(opts.context_tokens, m.max_len)
+    out = []
+    batch = max(1, opts.batch_size)
+    for s in range(0, len(prompts), batch):
+        part = [p[:limit - 1] for p in prompts[s:s + batch]]
+        seqs = [list(p) for p in part]
+        done = [False] * len(seqs)
+        for _ in range(min(opts.generated_tokens, limit - max(len(p) for p in part))):
+            ids, mask = pad_batch(seqs, pad, m.device)
+            with torch.no_grad():
+                h = m.hidden(ids, mask)
+                last = mask.sum(1) - 1
+                z = m.logits(h[torch.arange(len(seqs)), last]).float().cpu()
+            nxt = torch.multinomial(z.softmax(-1), 1, generator=gen)[:, 0].tolist()
+            for i, t in enumerate(nxt):
+                if not done[i]:
+                    seqs[i].append(t)
+                    done[i] = t == eos
+            if all(done):
+                break
+        for sq in seqs:
+            w = Window(sq, [])
+            w.runs = find_runs(w.old, tokens)
+            out.append(w)
+        say("generating contexts", min(s + batch, len(prompts)), len(prompts))
+    return out
+
+
+def old_text_windows(tok, prefix: list[int], length: int, held_length: int, max_tokens: int,
+                     chats: list[str] = ()) -> tuple[list[Window], list[Window]]:
+    """Old text in windows, as (for the objective, held out): the packaged corpus's even paragraphs
+    in windows of `length` for the objective, its odd ones in windows of `held_length` (validation's
+    window: the model's context, at most runtime.MAX_WINDOW) for the held-out measure, plus the
+    chat-template samples (held out). Up to `max_tokens` corpus tokens each.
+
+    KL(p_old || p_new) = log(1 + sum_j exp(s_j) / Z) at every position, whatever follows it, so
+    paragraphs that happen to use a new word stay in: the held-out figure is validation's figure."""
+    text, _ = read_corpus(None)
+    halves: tuple[list[Window], list[Window]] = ([], [])
+    used = [0, 0]
+    for c in chats:  # a rendered conversation is already whole: its own special tokens, no prefix
+        halves[1].append(Window(encode(tok, c)[:held_length], []))
+    for i, para in enumerate(p for p in text.split("\n\n") if p.strip()):
+        half = i % 2
+        step = max(1, (length if half == 0 else held_length) - len(prefix))
+        ids = encode(tok, para)
+        for s in range(0, len(ids), step):
+            if used[half] >= max_tokens:
+                break
+            part = ids[s:s + step]
+            halves[half].append(Window(prefix + part, []))
+            used[half] += len(part)
+    return halves
+
+
+def fit_rows(src: str | Path, tokens: list[FitToken], roles: set[str], options: FitOptions | None = None,
+             progress: Steps | None = None) -> FitResult:
+    """Fit the new rows of the checkpoint at `src` (the original) for `tokens`.
+
+    Args:
+        src: the original checkpoint directory (a causal LM transformers can build, or an encoder:
+            see fitted_encoder.fit_encoder_rows).
+        tokens: the new tokens, in row order; tokens without pieces (special tokens) keep the
+            sub-word mean / mean row.
+        roles: {"input"}, {"output"} or both: which rows to fit (input: distillation; output: convex fit).
+        options: `FitOptions`.
+        progress: called with (stage, done, total).
+
+    Returns:
+        FitResult with (k, hidden) float64 rows for each fitted role and a report: method, contexts
+        (corpus name and sha256, or "generated"), windows and occurrences per token, steps, seconds,
+        old-text KL (mean, p99, max; held-out packaged text) of the output rows.
+
+    Raises:
+        InputError: the model is a sequence-to-sequence model or cannot be loaded, its logits are not
+            hidden . lm_head, or the corpus cannot be read.
+
+    Example:
+        >>> r = fit_rows("fixtures/llama-tiny", [FitToken(" Frodo", (1, 2))], {"output"})  # doctest: +SKIP
+        >>> r.output_rows.shape  # doctest: +SKIP
+        (1, 64)
+    """
+    import torch
+
+    opts = options or FitOptions()
+    if (opts.target or "corpus") not in ("corpus", "model"):
+        raise InputError(f"fit target {opts.target!r} is not one of corpus, model")
+    if opts.output_start not in OUTPUT_STARTS:
+        raise InputError(f"fit output start {opts.output_start!r} is not one of {', '.join(OUTPUT_STARTS)}")
+    if opts.kl_limit is not None and not (math.isfinite(opts.kl_limit) and opts.kl_limit >= 0):
+        raise InputError(f"--fit-kl-limit {opts.kl_limit}: must be a finite number of nats >= 0")
+    say = progress or (lambda stage, done, total: None)
+    src = Path(src)
+    t0 = time.perf_counter()
+    kind = check_kind(src)
+    if kind.task != "causal":
+        from .encoder import fit_encoder_rows
+
+        return fit_encoder_rows(src, kind, tokens, roles, opts, say)
+    tok = load_tokenizer(src)
+    torch.manual_seed(opts.seed)
+    with loaded_model(src, opts.device, kind, remedy="use --init mean or subword-mean") as lm:
+        m = _Model(lm, tok)
+        with narrow_threads(m.device, m.E.shape[1]):
+            return _fit_loaded(m, src, tok, tokens, roles, opts, say, t0)
+
+
+def shrink_to_limit(h, logz, W, M, b_new: float, limit_mean: float, limit_p99: float, iters: int = 30):
+    """The largest a in [0, 1] such that the rows M + a (W - M) keep the old-text KL at positions
+    (h, logz) within both limits (mean, 99th percentile); and the per-position KL at that a.
+
+    M are the mean-init rows: at a = 0 every position's KL is at most log(1 + k/n) (Jensen:
+    exp(h . mean row) <= Z / n), so a = 0 meets any limit at or above that bound. KL need not be
+    monotone in a, so bisection keeps an end that meets the limits (lo) and one that does not (hi).
+    """
+    def kl_at(a: float):
+        return _kl_new(h, logz, M + a * (W - M), b_new).numpy()
+
+    def meets(kl) -> bool:
+        return kl.size == 0 or (float(kl.mean()) <= limit_mean and float(np.quantile(kl, 0.99)) <= limit_p99)
+
+    kl = kl_at(1.0)
+    if meets(kl):
+        return 1.0, kl
+    lo, hi, kl_lo = 0.0, 1.0, kl_at(0.0)
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        kl = kl_at(mid)
+        if meets(kl):
+            lo, kl_lo = mid, kl
+        else:
+            hi = mid
+    return lo, kl_lo
+
+
+def _fit_loaded(m: _Model, src: Path, tok, tokens: list[FitToken], roles: set[str], opts: FitOptions, say: Steps,
+                t0: float) -> FitResult:
+    import torch
+
+    target = opts.target or ("corpus" if opts.corpus is not None else "model")
+    length = max(8, min(opts.context_tokens, m.max_len))
+    bounds = ("contexts_per_word", "context_tokens", "input_steps", "output_steps", "batch_size", "seed")
+    report: dict = {"method": "fitted", "roles": sorted(roles), **{k: getattr(opts, k) for k in bounds}}
+    if opts.corpus is not None:
+        text, sha = read_fit_corpus(opts.corpus)
+        windows = word_windows(text, tok, m.prefix, tokens, length, opts.contexts_per_word)
+        report["contexts"] = {"source": "corpus", "name": Path(opts.corpus).name, "sha256": sha}
+    else:
+        windows = generated_windows(m, tok, tokens, opts, say)
+        report["contexts"] = {"source": "generated", "prompts_per_word": opts.prompts_per_word,
+                              "generated_tokens": opts.generated_tokens}
+    report["contexts"].update(contexts_found(windows, tokens, "the starting point"))
+
+    k = len(tokens)
+    sub = subword_mean(m.E, tokens)  # the input rows' start
+    # distillation's prefix cache: the keys and values before each window's first new token
+    keep = {i: w.runs[0].start for i, w in enumerate(windows) if w.runs} if "input" in roles else None
+    share = opts.depth if opts.depth is not None else DISTILL_DEPTH
+    depth = layers_for(m.model.base_model, share) if "input" in roles else None
+    teacher = _teach(m, windows, opts.batch_size, say, keep=keep, depth=depth) if windows else _Teacher([], [], [])
+    result = FitResult(None, None, report)
+    if "input" in roles:
+        t1 = time.perf_counter()
+        passes = opts.passes if opts.passes is not None else (DEPTH_PASSES if depth else CAUSAL_PASSES)
+        rows, distilled = distill_input_rows(m, windows, teacher, sub, opts.input_steps, opts.batch_size, opts.lr,
+                                             opts.seed, say, passes, depth)
+        result.input_rows = rows.numpy()
+        layers = getattr(m.model.config, "num_hidden_layers", None)
+        report["input"] = {"start": "subword-mean", "max_passes": passes,
+                           "depth": {"share": share, "layers": depth or layers, "of": layers}, **distilled,
+                           "seconds": round(time.perf_counter() - t1, 3)}
+    if "output" in roles:
+        t1 = time.perf_counter()
+        chats = chat_samples(src)
+        fit_old, held_old = old_text_windows(tok, m.prefix, length, m.max_len, opts.old_text_tokens, chats)
+        old_teacher = _teach(m, fit_old, opts.batch_size, say, "model on old text") if fit_old else _Teacher([], [], [])
+        data = _output_data(windows + fit_old, _Teacher(teacher.h + old_teacher.h, teacher.logz + old_teacher.logz,
+                                                        teacher.lp_next + old_teacher.lp_next), target)
+        data.weight = torch.cat([torch.ones(data.h.shape[0] - sum(len(w.old) for w in fit_old), dtype=torch.float64),
+                                 torch.full((sum(len(w.old) for w in fit_old),), opts.old_text_weight,
+                                            dtype=torch.float64)])
+        b_new = float(m.b.double().mean()) if m.b is not None else 0.0
+        mean_rows = output_prior("mean", m.W, tokens)
+        prior = output_prior(opts.output_start, m.W, tokens)
+        l2 = opts.l2 if opts.l2 is not None else DEFAULT_L2
+        W, calls = fit_output_rows(data, prior, b_new, l2, opts.output_steps, say, m.device)
+        bad = ~torch.isfinite(W).all(1)
+        if bad.any():  # never write a non-finite row
+            logger.warning("output fit: %d row(s) not finite; they keep the %s row", int(bad.sum()), opts.output_start)
+            W[bad] = prior[bad]
+        held = _teach(m, held_old, opts.batch_size, say, "held-out old text") if held_old else _Teacher([], [], [])
+        bound = kl_bound(k, m.n)
+        limit_mean = opts.kl_limit if opts.kl_limit is not None else bound
+        limit_p99 = max(FIT_KL_P99, limit_mean)
+        with torch.no_grad():
+            if held.h:
+                h_held, z_held = torch.cat(held.h).double(), torch.cat(held.logz)
+                kl_fit = _kl_new(h_held, z_held, W, b_new).numpy()
+                a, kl_held = shrink_to_limit(h_held, z_held, W, mean_rows, b_new, limit_mean, limit_p99)
+                kl_mean_init = _kl_new(h_held, z_held, mean_rows, b_new).numpy()
+            else:
+                kl_fit = kl_held = kl_mean_init = np.zeros(0)
+                a = 1.0
+        if a < 1.0:
+            W = mean_rows + a * (W - mean_rows)
+            logger.info("output rows shrunk toward the mean row (a = %.3f) to keep the old-text KL within the limit", a)
+        result.output_rows = W.numpy()
+        text = "packaged corpus, odd paragraphs (not fitted on)" + (f", {len(chats)} chat-template samples"
+                                                                    if chats else "")
+        report["output"] = {"start": opts.output_start, "target": target, "l2": l2,
+                            "old_text_weight": opts.old_text_weight, "lbfgs_evaluations": calls,
+                            "positions": int(data.h.shape[0]), "word_positions": int(data.q.numel()),
+                            "seconds": round(time.perf_counter() - t1, 3),
+                            "shrink": {"a": a, "limit_mean": limit_mean, "limit_p99": limit_p99},
+                            "old_text_kl": {"text": text, **kl_figures(kl_held), "bound": bound,
+                                            "before_shrink": kl_figures(kl_fit),
+                                            "mean_init": kl_figures(kl_mean_init)}}
+    report["seconds"] = round(time.perf_counter() - t0, 3)
+    logger.info("fitted %d rows (%s) in %.1f s", k, ", ".join(sorted(roles)), report["seconds"])
+    return result

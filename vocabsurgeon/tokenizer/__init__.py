@@ -1,0 +1,1 @@
+"""Tokenizer editing: the editor, one record per tokenizer family, contexts, chat templates."""

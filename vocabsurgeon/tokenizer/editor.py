@@ -1,0 +1,819 @@
+"""Adding tokens to a checkpoint's tokenizer so new words behave like native words, per family.
+
+Plain `add_tokens` makes an *added token* "Frodo", matched before pre-tokenization: on byte-level
+BPE " Frodo" then costs "Ġ" + "Frodo", on SentencePiece "▁" + "Frodo" (and "Frodo, and" decodes
+as "Frodo , and"). vocabsurgeon gives every word two entries, the bare form ("Frodo": sentence
+start, after punctuation) and the word-start form (" Frodo": after a space), by the mechanisms
+that each family, and every loader of it, honours: one record per family in `families/` (how a
+word becomes entries, or why it is skipped), one shared plan loop here (ids, reserved rows,
+--special, skipped words). The plan builds the edited tokenizer in memory and checks every word
+in every context, and that the rendered chat template keeps its ids (`chat_samples`); a word that
+fails is skipped with its reason, so no word ends a run and --dry-run says what the run does.
+
+A word the pre-tokenizer splits (e.g. "C++" on WordPiece, "Minas Tirith" on Unigram) falls
+back to added tokens. Added tokens survive every loader: transformers 5's model-specific classes
+(GPT2Tokenizer, Qwen2Tokenizer, LlamaTokenizer, T5Tokenizer, BertTokenizer) rebuild the backend
+from vocab, merges and scores with hard-coded options, so model options like `ignore_merges` are
+dropped, while added tokens, vocab entries and Unigram scores are kept.
+
+Every new token also goes into the model vocabulary at its id, because on load the ids of
+`added_tokens` are not authoritative: the library reassigns ids to tokens missing from the model.
+New ids may start past the tokenizer's size (rows reserved or padded in the embedding): dict
+vocabularies (BPE, WordPiece) simply have a gap; a Unigram vocabulary is a list indexed by id, so
+the gap is filled with placeholder pieces that contain a space, which pre-tokenized text never
+does, scored below every real piece: they are never produced and keep their rows' old meaning.
+
+One concept, hence one module over 600 lines: the editor (`TokenizerEditor`: open, plan, write)
+and the re-read of what it wrote (`verify_tokenizer`). The families' knowledge lives in
+`families/`, the contexts a word is checked in in `contexts.py`, the chat samples in `chats.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from . import contexts
+from ..checkpoint.reader import read_json
+from ..errors import InputError, VocabSurgeonError
+from .chats import chat_samples
+from .encoding import encode_batch, encode_ids, unpadded
+from .families import SUPPORTED_FAMILIES, SentencePieceBPE, Skip, detect_family, family_of
+from .families.sentencepiece_bpe import PIPELINE, as_meta_layout, as_transformers_builds
+from ..checkpoint.filenames import CHAT_TEMPLATE_FILES, CONFIG_NAME, SLOW_TOKENIZER_FILES, TOKENIZER_CONFIG, TOKENIZER_FILE
+from ..checkpoint.writer import write_json
+
+logger = logging.getLogger(__name__)
+
+# tokenizer_config classes that load tokenizer.json without rebuilding it.
+FILE_AS_WRITTEN_CLASSES = {"PreTrainedTokenizerFast", "TokenizersBackend"}
+# Placeholder tokens that models ship for later use (Llama 3, Gemma, BERT): --reuse-reserved takes them.
+RESERVED_TOKEN = re.compile(r"<\|reserved_special_token_\d+\|>|<unused\d+>|\[unused\d+\]|<\|reserved_\d+\|>")
+GAP_PIECE = "<vocabsurgeon unused {}>"  # Unigram placeholders; the space makes them unreachable
+
+def _around(text: str, word: str, width: int = 12) -> str:
+    """The part of `text` around the first occurrence of `word` (for a reason shown to the user)."""
+    i = text.find(word.strip())
+    if i < 0:
+        return text[:2 * width]
+    return text[max(0, i - width):i + len(word.strip()) + width]
+
+
+@dataclass
+class NewToken:
+    """One new vocabulary entry (a row of every vocabulary matrix)."""
+
+    text: str  # the word as the user gave it
+    form: str  # the text this entry stands for: the word, or " " + word for the word-start form
+    piece: str  # the string stored in the tokenizer (e.g. "Frodo", " Frodo", "▁Frodo", "Ã\x89owyn")
+    id: int
+    mechanism: str  # "vocab" (a real model entry), "merge" (an entry and the BPE merge that makes it), "added" or "special"
+    pieces: list[int] = field(default_factory=list)  # ids of `form` under the original tokenizer
+    normalized: bool = False  # added tokens only: matched on normalized text (uncased WordPiece)
+    score: float | None = None  # Unigram only: the piece's log probability
+
+
+@dataclass
+class TokenizerPlan:
+    """The new entries, the tokens skipped and why, and what else changes in the tokenizer files."""
+
+    family: str
+    new: list[NewToken]
+    skipped: list[dict]  # {"token": ..., "reason": ...}
+    set_ignore_merges: bool = False
+    notes: list[str] = field(default_factory=list)  # what else was changed, for the report
+    gap: tuple[int, int] | None = None  # Unigram ids [start, end) filled with placeholders
+    original: Tokenizer | None = field(default=None, repr=False, compare=False)  # for verification
+    freed: dict[int, str] = field(default_factory=dict)  # reserved tokens given up (--reuse-reserved): id -> content
+    file_as_written: bool = False  # tokenizer_config names a class that loads tokenizer.json as written
+    # Kept words that are not one token in some context, with those contexts: where the pre-tokenizer
+    # joins the text around the word into one pre-token ("(striped" on Llama 3), no entry can be
+    # produced there without changing how old text tokenizes; the word keeps its old pieces there.
+    contexts: dict[str, list[str]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """The plan as plain data (the --json view)."""
+        return {"family": self.family, "new": [asdict(t) for t in self.new], "skipped": self.skipped,
+                "notes": self.notes, "contexts_not_one_token": self.contexts}
+
+
+def class_defaults(name: str | None, cfg: dict) -> dict:
+    """What transformers' tokenizer class `name` sets by default and PreTrainedTokenizerFast sets otherwise
+    (LlamaTokenizer pads on the left), where tokenizer_config.json `cfg` does not set it: written when the
+    class is replaced, so that the tokenizer loaded as written pads and truncates as the named class did."""
+    if name is None or name in FILE_AS_WRITTEN_CLASSES:
+        return {}
+    try:
+        from transformers import PreTrainedTokenizerFast
+        from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+
+        cls = tokenizer_class_from_name(name)
+    except Exception:  # an old or broken transformers: the class keeps its own defaults unknown
+        return {}
+    if cls is None:
+        return {}
+    keys = ("padding_side", "truncation_side", "model_input_names")
+    return {k: getattr(cls, k) for k in keys
+            if k not in cfg and getattr(cls, k, None) is not None and getattr(cls, k) != getattr(PreTrainedTokenizerFast, k)}
+
+
+def convert_slow_tokenizer(directory: str | Path, slow_file: str = SLOW_TOKENIZER_FILES[0]) -> tuple[dict, str]:
+    """Build tokenizer.json from a slow tokenizer's file (`tokenizer.model`, T5's `spiece.model`, ...)
+    with transformers' converter.
+
+    Returns:
+        (the tokenizer.json object, the transformers class that converted it).
+
+    Raises:
+        InputError: transformers (with sentencepiece) cannot convert it.
+    """
+    directory = Path(directory)
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(directory), trust_remote_code=False)
+        # A SentencePiece BPE tokenizer.model (Mistral, Llama) converts to a layout where added tokens cannot
+        # behave like words; it is rewritten as Meta's equivalent one (same ids for every text).
+        data = as_meta_layout(json.loads(tok.backend_tokenizer.to_str()))
+    except Exception as e:  # conversion errors come from transformers, sentencepiece and protobuf alike
+        raise InputError(
+            f"{directory / slow_file}: transformers cannot convert it to tokenizer.json ({type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else ''}); convert it yourself with "
+            "AutoTokenizer.from_pretrained(dir).save_pretrained(dir), or check that sentencepiece and protobuf import"
+        ) from None
+    return data, type(tok).__name__
+
+
+class TokenizerEditor:
+    """A checkpoint's fast tokenizer, opened for adding tokens."""
+
+    def __init__(self, path: str | Path):
+        self.dir = Path(path)
+        file = self.dir / TOKENIZER_FILE
+        self.converted_from: str | None = None
+        self.slow_file = next((f for f in SLOW_TOKENIZER_FILES if (self.dir / f).is_file()), None)
+        if file.exists():
+            self.data = read_json(file)
+        elif self.slow_file is not None:
+            self.data, cls = convert_slow_tokenizer(self.dir, self.slow_file)
+            self.converted_from = cls
+            logger.warning("%s has no %s: converted %s with transformers' %s",
+                           self.dir, TOKENIZER_FILE, self.slow_file, cls)
+        else:
+            raise InputError(
+                f"{file}: missing, and there is no slow tokenizer file ({', '.join(SLOW_TOKENIZER_FILES)}) to convert; "
+                "vocabsurgeon edits fast "
+                "tokenizers (tokenizer.json). Save the tokenizer with transformers "
+                "(AutoTokenizer.from_pretrained(dir).save_pretrained(dir)) first"
+            )
+        try:  # parse the file itself when there is one: no need to serialize what was just read
+            self.tok = unpadded(Tokenizer.from_file(str(file)) if self.converted_from is None else
+                                Tokenizer.from_str(json.dumps(self.data)))
+        except Exception as e:  # the Rust parser raises plain Exception subclasses
+            raise InputError(f"{file}: the tokenizers library cannot load it ({e}); re-download it") from None
+        if "type" not in (self.data.get("model") or {}):
+            # Written by tokenizers < 0.10 (t5-small and t5-base on the Hub): no component names its type and
+            # Metaspace has `add_prefix_space`. The library reads it by shape; its own serialization names
+            # every type (and loads as the same tokenizer), so the families can tell the model and the output
+            # is in the current format.
+            self.data = json.loads(Tokenizer.from_file(str(file)).to_str())
+            logger.info("%s is in the format of tokenizers < 0.10; read and written in the current one", file)
+        cfg = self.dir / TOKENIZER_CONFIG
+        self.config = read_json(cfg) if cfg.exists() else None
+        # A SentencePiece BPE that transformers rebuilds on load (LlamaTokenizer) is read as AutoTokenizer builds it,
+        # which is what users of the checkpoint get: where that differs from the file (Meta's Llama 2 file with
+        # legacy true: " a" is "▁" + "▁a" in the file, "▁a" as loaded), the output follows transformers
+        # (see as_transformers_builds)
+        view = self.data
+        self.adopted: str | None = None  # the transformers class whose pipeline the output is written with
+        if self.converted_from is None and SentencePieceBPE.matches(self.data) \
+                and (self.config or {}).get("tokenizer_class") not in FILE_AS_WRITTEN_CLASSES:
+            view = as_transformers_builds(self.data, self._built_pipeline())
+            self.adopted = self._loaded_class if view is not self.data else None
+        # Metaspace "always" (transformers' LlamaTokenizer with legacy true, or its re-save as a file): read as the
+        # normalizer steps that give every text the same ids and let new words be added tokens (see as_meta_layout)
+        meta = as_meta_layout(view) if self.converted_from is None else view
+        self.rewritten = meta is not view
+        if meta is not self.data:
+            self.data = meta
+            self.tok = unpadded(Tokenizer.from_str(json.dumps(self.data)))
+        self.family_name = detect_family(self.data)
+        fam = family_of(self.data)
+        self.family = fam(self) if fam is not None else None  # the family record: how words become entries
+        self.model = self.data["model"]
+        raw_vocab = self.model.get("vocab")
+        if isinstance(raw_vocab, dict):
+            self.vocab: dict[str, int] = raw_vocab
+        elif isinstance(raw_vocab, list):  # Unigram: [[piece, score], ...], the id is the index
+            self.vocab = {p[0]: i for i, p in enumerate(raw_vocab)}
+        else:
+            self.vocab = {}
+        self.added = {t["content"]: t for t in self.data.get("added_tokens") or []}
+        self._encoded: dict[str, list[int]] = {}  # text -> ids under this tokenizer (see prefetch)
+        self._round_trips: dict[str, str] = {}  # text -> decode(encode(text)) under this tokenizer (see _decoded)
+        self._check_ids()
+
+    def _check_ids(self) -> None:
+        for content, t in self.added.items():
+            vid = self.vocab.get(content)
+            if vid is not None and vid != t["id"]:
+                raise InputError(
+                    f"{self.dir / TOKENIZER_FILE}: token {content!r} has id {t['id']} in added_tokens but "
+                    f"{vid} in the model vocabulary; the tokenizer is inconsistent, fix or re-download it"
+                )
+        # transformers registers tokenizer_config.json's added_tokens_decoder on load: an id named there
+        # with other content than tokenizer.json gives the loaded tokenizer a token past the rows.
+        decoder = (self.config or {}).get("added_tokens_decoder")
+        by_id = {t["id"]: c for c, t in self.added.items()}
+        by_id.update({i: c for c, i in self.vocab.items() if i not in by_id})
+        for key, entry in (decoder.items() if isinstance(decoder, dict) else ()):
+            content = entry.get("content") if isinstance(entry, dict) else None
+            if not str(key).isdigit() or content is None:
+                continue
+            if int(key) in by_id and by_id[int(key)] != content:
+                raise InputError(
+                    f"{self.dir / TOKENIZER_CONFIG}: added_tokens_decoder names id {key} {content!r}, but "
+                    f"{TOKENIZER_FILE} has {by_id[int(key)]!r} there; the two files disagree, fix or re-download them"
+                )
+
+    @property
+    def size(self) -> int:
+        """One past the largest id the tokenizer can produce."""
+        ids = list(self.vocab.values()) + [t["id"] for t in self.added.values()]
+        if not ids:
+            return self.tok.get_vocab_size(with_added_tokens=True)
+        return max(ids) + 1
+
+    def has(self, piece: str) -> bool:
+        """Whether `piece` is already a vocabulary entry or an added token."""
+        return piece in self.vocab or piece in self.added
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of `text` under the original tokenizer, without special tokens (cached by `prefetch`)."""
+        ids = self._encoded.get(text)
+        return ids if ids is not None else self.tok.encode(text, add_special_tokens=False).ids
+
+    def prefetch(self, texts: list[str]) -> None:
+        """Encode `texts` in one batched call and remember the ids, for `encode`: the plan asks for
+        each form up to twice, and 50,000 words are 200,000 calls into Rust otherwise."""
+        texts = [t for t in dict.fromkeys(texts) if t not in self._encoded]
+        if texts:
+            encs = encode_batch(self.tok)(texts, add_special_tokens=False)
+            self._encoded.update(zip(texts, (e.ids for e in encs)))
+
+    @property
+    def file(self) -> Path:
+        """The tokenizer.json this editor reads (for messages)."""
+        return self.dir / TOKENIZER_FILE
+
+    def normalize(self, text: str) -> str:
+        """`text` as the tokenizer's normalizer writes it."""
+        return self.tok.normalizer.normalize_str(text) if self.tok.normalizer is not None else text
+
+    def text_of(self, piece: str) -> str:
+        """The text a model piece stands for ("Ġreturn" -> " return")."""
+        return self.tok.decoder.decode([piece]) if self.tok.decoder is not None else piece
+
+    def pretokenize(self, text: str) -> list[str]:
+        """The pre-tokens of `text` after normalization, in the model's spelling ("Ġreturn")."""
+        text = self.normalize(text)
+        if self.tok.pre_tokenizer is None:
+            return [text]
+        return [p for p, _ in self.tok.pre_tokenizer.pre_tokenize_str(text)]
+
+    def reusable_ids(self, rows: int) -> list[tuple[int, str | None]]:
+        """Rows that --reuse-reserved may take, in order: rows no token maps to, then reserved
+        placeholder tokens (`<|reserved_special_token_N|>`, `<unusedN>`, `[unusedN]`), as (id, content)."""
+        if not isinstance(self.model.get("vocab"), dict):
+            raise InputError(
+                f"{self.dir / TOKENIZER_FILE}: --reuse-reserved needs a BPE or WordPiece vocabulary; "
+                f"this {self.family_name} tokenizer's ids are list positions. Drop --reuse-reserved"
+            )
+        used = set(self.vocab.values()) | {t["id"] for t in self.added.values()}
+        unused = [(i, None) for i in range(rows) if i not in used]
+        reserved = {t["id"]: c for c, t in self.added.items() if RESERVED_TOKEN.fullmatch(c)}
+        reserved.update({i: c for c, i in self.vocab.items() if RESERVED_TOKEN.fullmatch(c) and c not in self.added})
+        return unused + sorted((i, c) for i, c in reserved.items() if i < rows)
+
+    def plan(self, words: list[str], *, special: bool = False, first_id: int | None = None,
+             reuse: list[tuple[int, str | None]] | None = None, chat: list[str] | None = None) -> TokenizerPlan:
+        """Decide the new entries and their ids: first from `reuse` (see `reusable_ids`), then
+        from `first_id` (default `size`) on.
+
+        The edited tokenizer is built in memory and every word is checked in every context
+        (`_failures`); a word that fails is skipped with its reason and the rest planned again,
+        so that a dry run says exactly what the real run does. `chat`: old texts that must keep
+        their ids (default: the rendered chat template, `chat_samples`).
+
+        Raises:
+            InputError: new ids inside the tokenizer, or an unsupported tokenizer family.
+        """
+        start = self.size if first_id is None else first_id
+        if start < self.size:
+            raise InputError(f"new ids must start at or after {self.size}, the tokenizer's size; got {start}")
+        new, skipped, notes = self._draft(words, special)
+        chat = chat_samples(self.dir) if chat is None else chat
+        failed: dict[str, str] = {}
+        while True:
+            plan = self._numbered(new, skipped, notes, start, reuse)
+            failures, plan.contexts = self._failures(plan, chat)
+            if not failures:
+                break
+            failed.update(failures)
+            new = [t for t in new if t.text not in failures]
+            order = {w: i for i, w in enumerate(words)}  # reported in the user's order
+            skipped = skipped + [{"token": w, "reason": failures[w]} for w in sorted(failures, key=order.__getitem__)]
+        if failed:
+            w = next(iter(failed))
+            note = f"{len(failed)} token(s) skipped after checking the edited tokenizer (e.g. {w!r}): {failed[w]}"
+            plan.notes.append(note)
+            logger.warning("%s", note)
+        if plan.contexts:
+            w, where = next(iter(plan.contexts.items()))
+            note = (f"{len(plan.contexts)} kept token(s) are not one token in some contexts (e.g. {w!r} in {where[0]!r}), "
+                    "which this tokenizer's entries cannot reach without changing how old text tokenizes: there the "
+                    "word keeps its old pieces (each word's contexts: contexts_not_one_token in --json)")
+            plan.notes.append(note)
+            logger.warning("%s", note)
+        return plan
+
+    def _numbered(self, new: list[NewToken], skipped: list[dict], notes: list[str], start: int,
+                  reuse: list[tuple[int, str | None]] | None) -> TokenizerPlan:
+        """The plan of the entries `new` with their ids: `reuse` first, then counting from `start`."""
+        pool = list(reuse or [])
+        freed: dict[int, str] = {}
+        counter = iter(range(start, 1 << 62))
+        numbered = []
+        for t in new:
+            if pool:
+                i, content = pool.pop(0)
+                if content is not None:
+                    freed[i] = content
+            else:
+                i = next(counter)
+            numbered.append(replace(t, id=i))
+        new, notes = numbered, list(notes)
+        set_ignore = self.family is not None and self.family.needs_ignore_merges(new)
+        why_as_written = ("model-specific classes rebuild it from vocab and merges and would drop ignore_merges"
+                          if set_ignore else self.family.rebuild_breaks(new) if self.family is not None else None)
+        old_class = (self.config or {}).get("tokenizer_class")
+        if why_as_written and old_class not in FILE_AS_WRITTEN_CLASSES:
+            kept = "".join(f", {k} {v!r} kept" for k, v in class_defaults(old_class, self.config or {}).items())
+            notes.append(f"tokenizer_class {old_class} -> PreTrainedTokenizerFast, so transformers loads tokenizer.json "
+                         f"as written ({why_as_written}{kept})")
+        gap = None
+        if isinstance(self.model.get("vocab"), list) and new and start > len(self.model["vocab"]):  # Unigram
+            gap = (len(self.model["vocab"]), start)
+            taken = {t["id"] for t in self.added.values()}
+            free = [i for i in range(*gap) if i not in taken]
+            if free:
+                notes.append(f"Unigram ids {free[0]}..{free[-1]} (rows already in the checkpoint) hold placeholder "
+                             f"pieces {GAP_PIECE.format('N')!r} that are never produced, so new ids match their rows")
+        if self.adopted and new:
+            notes.append(f"{TOKENIZER_FILE} written with the pipeline transformers' {self.adopted} builds on load, not "
+                         "the file's own normalizer and pre-tokenizer, which tokenize some text otherwise (e.g. text that "
+                         "starts with a space): the output gives text without new words the ids AutoTokenizer gave it")
+        elif self.rewritten and new:
+            notes.append(f"{TOKENIZER_FILE}'s Metaspace pre-tokenizer (prepend_scheme 'always') written as normalizer "
+                         "steps that give every text the same ids, so that new words are added tokens matched on "
+                         "normalized text (as in Meta's Llama 2 layout)")
+        if self.converted_from:
+            notes.append(f"{self.slow_file} converted to {TOKENIZER_FILE} with transformers' {self.converted_from}; "
+                         f"{self.slow_file} itself does not have the new tokens")
+        if reuse is not None:
+            taken = [t.id for t in new if t.id < start]
+            notes.append(
+                f"--reuse-reserved: {len(taken)} new tokens took existing rows"
+                + (f" ({len(freed)} of them reserved tokens, e.g. {next(iter(freed.values()))!r})" if freed else "")
+                + f"; {len(new) - len(taken)} rows appended"
+            )
+        return TokenizerPlan(self.family_name, new, list(skipped), set_ignore, notes, gap, self.tok, freed,
+                             file_as_written=bool(why_as_written))
+
+    def _failures(self, plan: TokenizerPlan, chat: list[str]) -> tuple[dict[str, str], dict[str, list[str]]]:
+        """Words of `plan` that the edited tokenizer, built in memory, does not make one token
+        everywhere, each with the reason: checked at a sentence start, after a space, before
+        punctuation and next to another new word, decoding as the original does (where it decodes
+        the text faithfully); and words whose new ids appear in `chat` (old text: the rendered chat
+        template), which must keep its ids.
+
+        Returns:
+            (the failing words with their reasons, the kept words that are not one token in brackets,
+            quotes or before "'s", with those texts). Those contexts do not skip a word: where they
+            fail, the pre-tokenizer joins "(" or '"' to the word, so no entry can be produced there
+            without changing old text (Llama 3's "(striped"), and the word keeps its old pieces there.
+        """
+        if not plan.new:
+            return {}, {}
+        tok = unpadded(Tokenizer.from_str(json.dumps(self.edited(plan))))
+        failures: dict[str, str] = {}
+        owner = {t.id: t.text for t in plan.new}
+        if chat:
+            for text, want, got in zip(chat, encode_ids(self.tok, chat), encode_ids(tok, chat)):
+                if got == want:
+                    continue
+                culprits = [owner[i] for i in dict.fromkeys(got) if i in owner]
+                if not culprits:
+                    raise InputError(f"{self.dir / TOKENIZER_FILE}: the new tokens change how the rendered chat "
+                                     "template tokenizes, and no single word is the cause; open an issue with the "
+                                     "model name and the tokens")
+                for w in culprits:
+                    failures.setdefault(w, f"the chat template's own text has it ({_around(text, w)!r}); adding it "
+                                           "would change the ids of every chat prompt")
+        by_word: dict[str, list[NewToken]] = {}
+        for t in plan.new:
+            by_word.setdefault(t.text, []).append(t)
+        words = [w for w in by_word if w not in failures]
+        ids_of = {w: {t.id for t in by_word[w]} for w in words}
+        plain = [w for w in words if by_word[w][0].mechanism != "special"]
+        for w in plain:  # a form that is one existing token ("return" when " return" is one) counts too
+            for form in (w, " " + w):
+                ids = self.encode(form)
+                if len(ids) == 1:
+                    ids_of[w].add(ids[0])
+        cases = contexts.cases(words, special={w for w in words if by_word[w][0].mechanism == "special"})
+        # A word the normalizer folds into other text ("m²" is "m2" after NFKC) is stored folded, so text
+        # that has the folded form without the word is old text that must keep its ids: inside a word.
+        folded = {w: key for w in plain
+                  if (key := self.normalize(w).replace("▁", " ").strip()) != w and key.lower() != w.lower()}
+        for w, key in folded.items():
+            for text in (f"ex{key}.n", f"ex{key}x"):
+                old, new_ids = self.encode(text), tok.encode(text, add_special_tokens=False).ids
+                if old != new_ids and w not in failures:
+                    failures[w] = (f"the tokenizer folds it to {key!r} (Unicode NFKC), and a new {key!r} would change how "
+                                   f"existing text with {key!r} tokenizes (e.g. {text!r})")
+        texts = [c.text for c in cases]
+        got_ids = encode_ids(tok, texts)
+        decoded = [j for j, c in enumerate(cases) if c.context.decode]
+        wants = self._decoded([texts[j] for j in decoded])
+        gots = tok.decode_batch([got_ids[j] for j in decoded])
+        decode = {j: (want, got) for j, want, got in zip(decoded, wants, gots)}
+        soft: dict[str, list[str]] = {}
+        missed = set(contexts.misses(cases, got_ids, ids_of, self.space_lead()))
+        for j, case in enumerate(cases):
+            for w in case.expect:
+                if w in failures or (j, w) not in missed:
+                    continue
+                if case.context.soft:
+                    soft.setdefault(w, []).append(case.text)
+                    continue
+                ids = got_ids[j]
+                pieces = [tok.id_to_token(i) for i in ids[:12]] + (["..."] if len(ids) > 12 else [])
+                mechs = "/".join(dict.fromkeys(t.mechanism for t in by_word[w]))
+                failures[w] = (f"would not be one token in {case.text!r} (it would encode as {pieces}): the "
+                               f"{self.family_name} entries ({mechs}) cannot make it one token there")
+            w = next(iter(case.expect))
+            if j in decode and w not in failures:
+                want, got = decode[j]
+                if got != want and want in (case.text, self.normalize(case.text)):
+                    failures[w] = f"{case.text!r} would decode as {got!r}, but the original tokenizer gives {want!r}"
+        loader, cls = self._as_transformers_loads(plan)
+        if loader is not None:  # the class rebuilds the tokenizer: it must tokenize as the file does
+            # only where the original, loaded the same way, agrees with its own file on that text
+            base = self._original_as_loaded()
+            self.prefetch(texts)
+            agree = [b == self.encode(t) for t, b in zip(texts, encode_ids(base, texts))] if base else [True] * len(texts)
+            for j, rebuilt in enumerate(encode_ids(loader, texts)):
+                if rebuilt != got_ids[j] and agree[j]:
+                    for w in cases[j].expect:
+                        pieces = [loader.id_to_token(i) for i in rebuilt[:12]]
+                        failures.setdefault(w, f"transformers' {cls} rebuilds the tokenizer on load and would encode "
+                                               f"{cases[j].text!r} as {pieces}")
+        return failures, {w: texts for w, texts in soft.items() if w not in failures}
+
+    def splits_numbers(self) -> bool:
+        """Whether the pre-tokenizer cuts numbers into single digits or groups (Llama 3: up to three,
+        Qwen and SmolLM: one), so that a token with digits would change how other numbers tokenize."""
+        if not hasattr(self, "_splits_numbers"):  # Llama 2 splits them by its vocabulary: no piece of 2+ digits
+            multi = re.compile(r"[▁Ġ]?[0-9]{2,}")
+            self._splits_numbers = len(self.pretokenize("1234567")) > 1 or not any(multi.fullmatch(p) for p in self.vocab)
+        return self._splits_numbers
+
+    def space_lead(self) -> int:
+        """How many pieces the original gives a lone leading space before a word: 0 where " a" is
+        one piece ("Ġa"), 1 where the space is a piece of its own (Llama 2's normalizer: "▁" + "▁a")."""
+        return contexts.space_lead(self.encode)
+
+    def forced_class(self) -> str | None:
+        """The tokenizer class transformers loads this checkpoint with whatever tokenizer_class says, or None.
+
+        transformers 5 lists model types whose Hub tokenizer_config.json names a wrong class
+        (tokenization_auto.MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS: qwen2, phi3, internlm2, ...) and loads
+        them with the class it registers for the type (Qwen2Tokenizer), which builds its own BPE model
+        from vocab and merges: tokenizer.json's model options (ignore_merges) are lost. Read from
+        config.json's model_type; None without one, or with a transformers that has no such list (the
+        in-memory load of the plan still checks what loads)."""
+        if not hasattr(self, "_forced_class"):
+            self._forced_class = None
+            cfg = self.dir / CONFIG_NAME
+            model_type = (read_json(cfg) if cfg.exists() else {}).get("model_type")
+            try:
+                from transformers.models.auto import tokenization_auto as auto
+            except Exception:  # noqa: BLE001 - no transformers list: nothing is known to be forced
+                return None
+            if model_type in getattr(auto, "MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS", ()):
+                name = (getattr(auto, "TOKENIZER_MAPPING_NAMES", {}).get(model_type) or "").removesuffix("Fast")
+                if name and name not in FILE_AS_WRITTEN_CLASSES | {"PythonBackend"}:
+                    self._forced_class = name
+        return self._forced_class
+
+    def _original_as_loaded(self) -> Tokenizer | None:
+        """The original tokenizer as transformers builds it on load (cached), or None if it cannot;
+        `_loaded_class` is then the class AutoTokenizer picked."""
+        if not hasattr(self, "_loaded_original"):
+            self._loaded_class: str | None = None
+            try:
+                from transformers import AutoTokenizer
+
+                loaded = AutoTokenizer.from_pretrained(str(self.dir), trust_remote_code=False)
+                self._loaded_original = unpadded(Tokenizer.from_str(loaded.backend_tokenizer.to_str()))
+                self._loaded_class = type(loaded).__name__
+            except Exception as e:  # transformers raises many types; then every difference counts
+                logger.info("transformers cannot load %s (%s: %s)", self.dir, type(e).__name__, e)
+                self._loaded_original = None
+        return self._loaded_original
+
+    def _built_pipeline(self) -> dict | None:
+        """The normalizer, pre-tokenizer and decoder of the original as transformers builds it on load, or None."""
+        tok = self._original_as_loaded()
+        if tok is None:
+            return None
+        data = json.loads(tok.to_str())
+        return {k: data.get(k) for k in PIPELINE}
+
+    def _as_transformers_loads(self, plan: TokenizerPlan) -> tuple[Tokenizer | None, str | None]:
+        """The edited tokenizer as transformers builds it on load, where the written tokenizer_class
+        rebuilds it from vocab, merges and scores (GPT2Tokenizer, LlamaTokenizer, BertTokenizer, ...) or
+        transformers forces such a class on the model type (`forced_class`); None where the class loads
+        tokenizer.json as written, or no class is named. With it, the name of the class that loaded."""
+        cfg = self.edited_config(plan)
+        cls = (cfg or {}).get("tokenizer_class")
+        rebuilt = cls is not None and cls not in FILE_AS_WRITTEN_CLASSES
+        # a class forced on the model type matters where the entries rely on ignore_merges (it drops the option);
+        # asked only then: it imports transformers, which a plain add never does
+        if self.converted_from or not (rebuilt or (plan.set_ignore_merges and self.forced_class())):
+            return None, None
+        import shutil
+        import tempfile
+
+        from transformers import AutoTokenizer
+
+        with tempfile.TemporaryDirectory(prefix="vocabsurgeon-plan-") as d:
+            for f in self.dir.iterdir():  # what the loader reads besides the two files written here
+                if f.is_file() and (f.suffix == ".json" or f.name == CHAT_TEMPLATE_FILES[0]) \
+                        and f.name not in (TOKENIZER_FILE, TOKENIZER_CONFIG):
+                    shutil.copyfile(f, Path(d) / f.name)
+            write_json(Path(d) / TOKENIZER_FILE, self.edited(plan))
+            write_json(Path(d) / TOKENIZER_CONFIG, cfg)
+            try:
+                tok = AutoTokenizer.from_pretrained(d, trust_remote_code=False)
+            except Exception as e:  # transformers raises many types; the file check above still holds
+                logger.warning("transformers cannot load the edited tokenizer in memory (%s: %s); only tokenizer.json "
+                               "was checked", type(e).__name__, e)
+                return None, None
+        backend = getattr(tok, "backend_tokenizer", None)
+        return (unpadded(Tokenizer.from_str(backend.to_str())) if backend is not None else None), type(tok).__name__
+
+    def _decoded(self, texts: list[str]) -> list[str]:
+        """How the original tokenizer decodes its own ids of each text (cached: the same texts are
+        checked again in each round of `plan`)."""
+        todo = [t for t in dict.fromkeys(texts) if t not in self._round_trips]
+        if todo:
+            self._round_trips.update(zip(todo, self.tok.decode_batch(encode_ids(self.tok, todo))))
+        return [self._round_trips[t] for t in texts]
+
+    def _draft(self, words: list[str], special: bool) -> tuple[list[NewToken], list[dict], list[str]]:
+        """The entries of each word by its family's mechanisms (ids not yet given: -1), the words
+        skipped and why, and notes for the report."""
+        new: list[NewToken] = []
+        skipped: list[dict] = []
+        notes: list[str] = []
+        claimed: dict[str, str] = {}
+        planned: dict[str, str] = {}  # piece -> the word that took it
+        family = self.family
+        if family is None and not special:
+            raise InputError(f"{self.file}: {self.family_name} tokenizers are not supported (supported: "
+                             f"{', '.join(SUPPORTED_FAMILIES)}); open an issue with the model name")
+        self.prefetch([f for w in words for f in ((w,) if special else (w, " " + w))])
+        if not special:
+            family.prepare(words)
+        for w in words:
+            existing = self.added.get(w)
+            if existing is not None and existing.get("special"):
+                skipped.append({"token": w, "reason": "already a special token"})
+                continue
+            if special:
+                if self.has(w):
+                    skipped.append({"token": w, "reason": "already in the vocabulary (not promoted to special)"})
+                    continue
+                new.append(NewToken(w, w, w, -1, "special", self.encode(w),
+                                    score=family.special_score if family is not None else None))
+                continue
+            norm, why = family.normalization(w, claimed)
+            if why is None and any(c.isdigit() for c in w) and self.splits_numbers():
+                why = ("it has digits, and this tokenizer splits numbers into single digits or short groups before the "
+                       "vocabulary is looked up; a token with digits would change how other numbers tokenize")
+            if why is None:
+                mine: list[NewToken] = []
+                taken_by = None
+                try:
+                    for e in family.entries(w):
+                        if e.piece in planned:
+                            taken_by = planned[e.piece]
+                            continue
+                        if self.has(e.piece) or (e.mechanism == "added" and len(self.encode(e.form)) == 1):
+                            continue  # this form is one token already
+                        if family.admit(w, e):
+                            mine.append(NewToken(w, e.form, e.piece, -1, e.mechanism, self.encode(e.form),
+                                                 e.normalized, e.score))
+                except Skip as e:
+                    why = str(e)
+                else:
+                    earlier = (f"the same token as {taken_by!r}, earlier in the list (this tokenizer "
+                               f"{'normalizes' if self.normalize(w) != w else 'stores'} it as that token's piece)"
+                               if taken_by is not None else None)
+                    why = None if mine else family.skip_reason(w) or earlier or "already in the vocabulary"
+            if why is not None:
+                skipped.append({"token": w, "reason": why})
+                continue
+            planned.update((t.piece, w) for t in mine)
+            new.extend(mine)
+            if norm is not None and any(t.piece == norm for t in mine):
+                note = f"token {w!r} is stored as {norm!r}: the tokenizer normalizes text (e.g. lowercases) before lookup"
+                notes.append(note)
+                logger.warning("%s", note)
+        if not special:
+            family.finish(new, notes)
+        return new, skipped, notes
+
+    def edited(self, plan: TokenizerPlan) -> dict:
+        """The tokenizer.json object with the plan applied (self.data is left as it was)."""
+        # Copy only what changes (the top level, the model, its vocab, the added tokens): a deep copy
+        # of a 128k-entry tokenizer costs 0.3 s; merges (copied only when one is appended) and the
+        # rest are shared, never modified.
+        data = dict(self.data)
+        model = data["model"] = dict(data["model"])
+        if isinstance(model.get("vocab"), dict):
+            model["vocab"] = dict(model["vocab"])
+        elif isinstance(model.get("vocab"), list):  # Unigram pairs are only appended to
+            model["vocab"] = list(model["vocab"])
+        if data.get("added_tokens") is not None:
+            data["added_tokens"] = list(data["added_tokens"])
+        vocab = model.get("vocab")
+        if plan.set_ignore_merges:
+            model["ignore_merges"] = True
+        merged = sorted((t for t in plan.new if t.mechanism == "merge"), key=lambda t: t.id)
+        if merged:  # appended last: the lowest priority (see families/byte_level_bpe.py)
+            merges = model["merges"] = list(model.get("merges") or [])
+            as_text = bool(merges) and isinstance(merges[0], str)  # "a b" (older files) or ["a", "b"]
+            for t in merged:
+                pair = self.family.merge_pair(t.form)
+                if pair is None or "".join(pair) != t.piece:
+                    raise VocabSurgeonError(f"internal: token {t.text!r} has no merge pair; nothing was written")
+                merges.append(" ".join(pair) if as_text else list(pair))
+        # Existing added tokens missing from the model vocabulary get their id there too: on load the
+        # library numbers such tokens after the model's entries, which now include the new ones.
+        if plan.freed:  # reserved placeholders given up for new tokens (--reuse-reserved)
+            data["added_tokens"] = [t for t in data.get("added_tokens") or [] if t["id"] not in plan.freed]
+            if isinstance(vocab, dict):
+                for content in plan.freed.values():
+                    vocab.pop(content, None)
+        by_id = {t["id"]: t["content"] for t in data.get("added_tokens") or []}
+        if isinstance(vocab, list):  # Unigram: the list index is the id
+            if plan.gap:
+                low = min((s for _, s in vocab), default=0.0) - 10.0
+                vocab.extend([by_id[i], 0.0] if i in by_id else [GAP_PIECE.format(i), low] for i in range(*plan.gap))
+            for t in sorted(plan.new, key=lambda t: t.id):
+                if t.id != len(vocab):
+                    raise VocabSurgeonError(f"internal: Unigram id {t.id} is not the next index {len(vocab)}")
+                vocab.append([t.piece, t.score if t.score is not None else 0.0])
+        elif isinstance(vocab, dict):
+            if plan.new:
+                for i, content in by_id.items():
+                    vocab.setdefault(content, i)
+            for t in plan.new:
+                vocab[t.piece] = t.id
+        else:
+            raise InputError(f"{self.dir / TOKENIZER_FILE}: the model has no vocabulary; re-download it")
+        added = data.setdefault("added_tokens", [])
+        for t in plan.new:
+            if t.mechanism in ("added", "special"):
+                added.append({
+                    "id": t.id, "content": t.piece, "single_word": False, "lstrip": False, "rstrip": False,
+                    "normalized": t.normalized, "special": t.mechanism == "special",
+                })
+        return data
+
+    def edited_config(self, plan: TokenizerPlan) -> dict | None:
+        """tokenizer_config.json with new added tokens registered where it lists them.
+
+        When new entries rely on tokenizer.json model options (ignore_merges), the class is set to
+        PreTrainedTokenizerFast: transformers 5 rebuilds model-specific classes (GPT2Tokenizer,
+        Qwen2Tokenizer, ...) from vocab + merges with hard-coded options, which would drop ours
+        and split the new words again. PreTrainedTokenizerFast loads tokenizer.json as written.
+        """
+        needs_file_as_written = plan.file_as_written
+        if self.config is None and not needs_file_as_written and not plan.freed:
+            return None
+        cfg = json.loads(json.dumps(self.config or {}))
+        if needs_file_as_written and cfg.get("tokenizer_class") not in FILE_AS_WRITTEN_CLASSES:
+            cfg.update(class_defaults(cfg.get("tokenizer_class"), cfg))
+            cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+        decoder = cfg.get("added_tokens_decoder")
+        for i, content in plan.freed.items():
+            if isinstance(decoder, dict):
+                decoder.pop(str(i), None)
+            for key in ("extra_special_tokens", "additional_special_tokens"):
+                if isinstance(cfg.get(key), list) and content in cfg[key]:
+                    cfg[key].remove(content)
+        for t in plan.new:
+            if t.mechanism == "vocab":
+                continue
+            if isinstance(decoder, dict):
+                decoder[str(t.id)] = {
+                    "content": t.piece, "lstrip": False, "normalized": t.normalized, "rstrip": False,
+                    "single_word": False, "special": t.mechanism == "special",
+                }
+            if t.mechanism == "special":
+                for key in ("extra_special_tokens", "additional_special_tokens"):
+                    if isinstance(cfg.get(key), list):
+                        cfg[key].append(t.piece)
+                        break
+        return cfg
+
+    def write(self, plan: TokenizerPlan, out_dir: Path) -> list[str]:
+        """Write the edited tokenizer files into out_dir; returns the file names written."""
+        write_json(out_dir / TOKENIZER_FILE, self.edited(plan))
+        written = [TOKENIZER_FILE]
+        cfg = self.edited_config(plan)
+        if cfg is not None:
+            write_json(out_dir / TOKENIZER_CONFIG, cfg)
+            written.append(TOKENIZER_CONFIG)
+        logger.info("wrote %s", ", ".join(written))
+        return written
+
+
+def verify_tokenizer(out_dir: Path, plan: TokenizerPlan) -> None:
+    """Reload the written tokenizer and check each new token's id, one-token-ness and decoding.
+
+    The ids of tokenizer.json are not authoritative on load, so each new piece must map back to
+    the row initialized for it; each new word must be one token at a sentence start and after a
+    space; and a sentence with it must decode as the original tokenizer decodes it.
+
+    Raises:
+        VocabSurgeonError: when any check fails (a bug: the output is not published).
+    """
+    tok = unpadded(Tokenizer.from_file(str(out_dir / TOKENIZER_FILE)))
+    for t in plan.new:
+        got = tok.token_to_id(t.piece)
+        if got != t.id:
+            raise VocabSurgeonError(
+                f"token {t.text!r}: the reloaded tokenizer gives id {got}, but row {t.id} was initialized "
+                "for it; this is a bug, please report it"
+            )
+    if plan.original is not None:
+        for i, t in plan.original.get_added_tokens_decoder().items():
+            if i in plan.freed:
+                continue  # a reserved placeholder given up for a new token
+            if tok.token_to_id(t.content) != i:
+                raise VocabSurgeonError(
+                    f"token {t.content!r}: the reloaded tokenizer gives id {tok.token_to_id(t.content)}, but it was "
+                    f"{i} before; this is a bug, please report it"
+                )
+    # Group by word once (a scan of plan.new per word is quadratic: hours for 50,000 words), and
+    # encode and decode in batches (one call into Rust per check instead of one per word).
+    by_word: dict[str, list[NewToken]] = {}
+    for t in plan.new:
+        by_word.setdefault(t.text, []).append(t)
+    words = list(by_word)
+    special = {w for w in words if by_word[w][0].mechanism == "special"}
+    plain = [w for w in words if w not in special]
+    original = plan.original
+    lead = contexts.space_lead(lambda t: original.encode(t, add_special_tokens=False).ids) if original else 0
+    cases = contexts.cases(words, special, names=contexts.CORE)
+    ids_of = {w: {by_word[w][0].id} if w in special else None for w in words}
+    for j, w in contexts.misses(cases, encode_ids(tok, [c.text for c in cases]), ids_of, lead):
+        case = cases[j]
+        ids = tok.encode(case.text, add_special_tokens=False).ids
+        what = f"encodes to {ids}, not its id {by_word[w][0].id}" if w in special else \
+            f"{case.text!r} encodes to {ids}, not one token"
+        raise VocabSurgeonError(f"token {w!r}: {what}; this is a bug, please report it")
+    if plan.original is None:
+        return
+    texts = [c.text for c in contexts.cases(plain, names=("repeated",))]
+    wants = plan.original.decode_batch(encode_ids(plan.original, texts))
+    gots = tok.decode_batch(encode_ids(tok, texts))
+    for w, text, want, got in zip(plain, texts, wants, gots):
+        # Only where the original decodes the text faithfully: an <unk> or "c + +" there is no standard.
+        if got != want:
+            normalized = plan.original.normalizer.normalize_str(text) if plan.original.normalizer else text
+            if want in (text, normalized):
+                raise VocabSurgeonError(
+                    f"token {w!r}: {text!r} decodes as {got!r}, but the original tokenizer gives {want!r}; "
+                    "this is a bug, please report it"
+                )

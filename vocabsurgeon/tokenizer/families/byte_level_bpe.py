@@ -1,0 +1,367 @@
+"""Byte-level BPE (GPT-2, Llama 3, Qwen): added tokens "Frodo" and " Frodo", real entries where those would break."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from tokenizers import Regex, pre_tokenizers
+
+from ...errors import InputError
+from .base import Entry, Family, Skip
+from .pieces import FormIndex, byte_level, bytes_of
+from .shared import has_node, split_risks, splitting_note
+
+logger = logging.getLogger(__name__)
+
+_BYTE_ALPHABET = set(pre_tokenizers.ByteLevel.alphabet())
+# The regex of tokenizers' ByteLevel pre-tokenizer with use_regex (tokenizers/src/pre_tokenizers/byte_level.rs, RE),
+# split Isolated: GPT-2's pre-tokens.
+GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+UNSAFE_FORM = ("its bare form, as an added token, would decode garbled (ByteLevel), and cannot be a vocabulary "
+               "entry: {}")
+CHANGES_TEXT = "ignore_merges would change how this tokenizer splits existing text"
+
+
+def split_pattern(pre) -> str | None:
+    """The regex whose matches (split Isolated) are this pre-tokenizer's pre-tokens before their bytes
+    are spelled, for the two layouts where that is all it does: GPT-2's ByteLevel(use_regex), and
+    Sequence[Split(Regex, Isolated), ByteLevel(use_regex=False, no prefix space)] (Llama 3, Qwen,
+    DeepSeek). None for any other layout: other pre-tokenizers, a Split of another behavior or a
+    string pattern, a prefix space added to each piece (not a match of the regex), several Splits."""
+    if not isinstance(pre, dict):
+        return None
+    if pre.get("type") == "ByteLevel":  # a prefix space is added before the split: pieces are still matches
+        return GPT2_PATTERN if pre.get("use_regex", True) else None
+    parts = pre.get("pretokenizers") if pre.get("type") == "Sequence" else None
+    if not isinstance(parts, list) or len(parts) != 2 or not all(isinstance(x, dict) for x in parts):
+        return None
+    split, level = parts
+    pattern = (split.get("pattern") or {}).get("Regex") if isinstance(split.get("pattern"), dict) else None
+    if (split.get("type") != "Split" or not isinstance(pattern, str) or split.get("behavior") != "Isolated"
+            or split.get("invert") or level.get("type") != "ByteLevel" or level.get("use_regex", True)
+            or level.get("add_prefix_space")):
+        return None
+    return pattern
+
+
+LOOKAHEAD = r"(?!\S)"  # the one context-dependent construct these patterns have: "not before a non-space"
+_ESCAPES = set("sSdDwWhHrntfvae")  # escapes that match one character by its class, whatever surrounds it
+_HEX = re.compile(r"\\x\{[0-9A-Fa-f]+\}|\\x[0-9A-Fa-f]{1,2}|\\u[0-9A-Fa-f]{4}")
+_GROUP = re.compile(r"\(\?(?::|[im]+(?:-[im]+)?:)")  # (?: and inline-flag groups (?i: (not x, which changes syntax)
+
+
+def context_variants(pattern: str) -> tuple[str, str] | None:
+    """`pattern` with each (?!\\S) made to always fail, and deleted (made to always succeed), or None
+    unless (?!\\S) is the only thing in it that depends on text outside a match: no other lookaround,
+    anchor (^ $ \\A \\z \\b \\G), back-reference, \\K, atomic group or possessive quantifier (a token
+    scan, character classes read as one character each). Anything unknown answers None."""
+    fail, true = [], []
+    i, n, depth, quantified = 0, len(pattern), 0, False
+    while i < n:
+        c = pattern[i]
+        quant = False
+        if c == "\\":
+            e = pattern[i + 1:i + 2]
+            if e in ("p", "P") and pattern[i + 2:i + 3] == "{":
+                j = pattern.find("}", i)
+                if j < 0:
+                    return None
+                tok = pattern[i:j + 1]
+            elif e in ("x", "u"):
+                m = _HEX.match(pattern, i)
+                if m is None:
+                    return None
+                tok = m.group()
+            elif e and (e in _ESCAPES or not e.isalnum()):
+                tok = pattern[i:i + 2]
+            else:
+                return None
+        elif depth:  # inside a character class: whatever it holds, it matches one character
+            depth += (c == "[") - (c == "]")
+            tok = c
+        elif c == "[":
+            if pattern.startswith(("[]", "[^]"), i):  # a leading "]": read differently by engines
+                return None
+            depth, tok = 1, c
+        elif pattern.startswith(LOOKAHEAD, i):
+            fail.append("(?!)")
+            i, quantified = i + len(LOOKAHEAD), False
+            continue
+        elif c == "(":
+            m = _GROUP.match(pattern, i)
+            if m is None and pattern[i + 1:i + 2] == "?":
+                return None
+            tok = m.group() if m else c
+        elif c in "^$":
+            return None
+        elif c in "*+?":
+            if c == "+" and quantified:  # a possessive quantifier (a*+, a{2}+ in some syntaxes): it never gives back
+                return None
+            quant, tok = not quantified, c  # "?" after a quantifier makes it lazy: no new quantifier
+        else:
+            quant, tok = c == "}", c  # "}" ends a {n,m} quantifier (\p{L} is read whole above)
+        fail.append(tok)
+        true.append(tok)
+        quantified = quant
+        i += len(tok)
+    return ("".join(fail), "".join(true)) if depth == 0 else None
+
+
+class WholePreTokens:
+    """Which byte-level pieces can be a whole pre-token of some text: the only pieces that
+    ignore_merges turns into one token (tokenizers' BPE looks the whole pre-token up first).
+
+    For a layout of `split_pattern`, a pre-token is the byte spelling of a piece that the regex P
+    split off (Isolated) from a segment of text (between added tokens, after the normalizer: neither
+    matters below, whatever the segment is): a match of P, or a gap between matches. So a piece can
+    be one only if:
+    - it is spelled in the byte alphabet and its bytes are valid UTF-8: a pre-token is whole
+      characters, since the regex engine (Oniguruma, on UTF-8) splits between characters
+      ("[PAD151665]" passes, "Ã" alone, the first byte of "É", does not);
+    - its text T can be a match: if P matched T inside some text, the same path through P matches
+      T alone with T's end as the end of the string (P fullmatches T). That path reads only T's
+      characters, except (?!\\S) at T's end, which saw the next character or the end of the text
+      and succeeds at the end of the string; `context_variants` rejects every other construct that
+      looks outside a match. This is checked with the tokenizer's own regex engine (tokenizers'
+      Regex, Oniguruma: the same Unicode tables as the pre-tokenizer; the `regex` package's differ,
+      e.g. U+0558 is a letter there and not here) as a Split removing \\A(?:P)\\z: T is a match
+      only if that removes all of T. "[PAD151665]" is not: no alternative of Qwen's or Llama 3's
+      patterns matches "[" then "P" ("[PAD" is matched by [^\\r\\n\\p{L}\\p{N}]?\\p{L}+, never a digit);
+    - or it can be a gap (a run of positions at none of which the search finds a match): when P
+      with (?!\\S) made to fail matches a prefix of T, that path reads only T's characters, so P
+      matches at T's first position inside any text and T is no gap; that match is not empty, as P
+      can never match empty text (with (?!\\S) deleted it does not match before "!" alone). The
+      patterns of GPT-2, Llama 3 and Qwen match at every character (\\s+, \\p{N}, \\p{L}+ and
+      [^\\s\\p{L}\\p{N}]+ cover them all), so they leave no gap at all.
+    Both are over-approximations (some T that passes may never be a pre-token); never the reverse.
+    tests/tokenizer/test_byte_level_reach.py checks them against the pre-tokenizer itself."""
+
+    def __init__(self, pattern: str, fail: str, true: str):
+        self.full = pre_tokenizers.Split(Regex(rf"\A(?:{pattern})\z"), "removed")
+        self.starts = pre_tokenizers.Split(Regex(rf"\A(?:{fail})"), "removed")
+
+    @classmethod
+    def of(cls, pre) -> WholePreTokens | None:
+        """For a tokenizer.json "pre_tokenizer", or None where its pre-tokens are not known this way."""
+        pattern = split_pattern(pre)
+        variants = context_variants(pattern) if pattern is not None else None
+        if variants is None:
+            return None
+        fail, true = variants
+        try:
+            empty = pre_tokenizers.Split(Regex(rf"\A(?:{true})!"), "removed").pre_tokenize_str("!") == []
+            return None if empty else cls(pattern, fail, true)
+        except Exception as e:  # a pattern Oniguruma cannot compile once wrapped: keep the strict check
+            logger.info("pre-tokenizer pattern %r: %s", pattern, e)
+            return None
+
+    def can_be_whole(self, piece: str) -> bool:
+        raw = bytes_of(piece)
+        if raw is None:
+            return False
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        if self.full.pre_tokenize_str(text) == []:
+            return True  # a match of the pattern
+        return [p for p, _ in self.starts.pre_tokenize_str(text)] == [text]  # a gap, unless a match starts there
+
+
+class ByteLevelBPE(Family):
+    """Two added tokens per word (the space is part of " Frodo"). A form that an added token would
+    break is a real entry with ignore_merges instead, produced only for a whole pre-token: a bare
+    form the ByteLevel decoder would garble ("Éowyn" -> "Ã\\x89owyn"), or a form inside an existing
+    token ("return" inside " return": added tokens match anywhere). Where ignore_merges would change
+    existing tokenization, such a form that BPE splits into two pieces gets one merge, appended
+    last, instead. Skipped: a garbled bare form the pre-tokenizer splits ("°C"), a word whose bare
+    form would split its own word-start token, or whose garbled bare form can be neither."""
+
+    name = "byte-level-bpe"
+
+    @staticmethod
+    def matches(data: dict) -> bool:
+        return (data.get("model") or {}).get("type") == "BPE" and has_node(data.get("pre_tokenizer"), "ByteLevel")
+
+    def __init__(self, editor):
+        super().__init__(editor)
+        self._redundant: bool | None = None
+        self.blocked: dict[str, str] = {}  # word -> why its bare form can be neither an added token nor an entry
+        self.unsafe: list[str] = []  # words whose garbled bare form cannot be an entry here (UNSAFE_FORM)
+        self.risks: dict[str, str] = {}
+
+    # --- what this family knows about its tokenizer
+
+    def merges_are_redundant(self) -> bool:
+        """True when ignore_merges cannot change how existing text tokenizes.
+
+        With ignore_merges a pre-token that is a whole vocabulary entry maps to that entry; that
+        only differs from plain BPE for an entry that BPE does not rebuild as itself. Computed once.
+        """
+        if self._redundant is None:
+            self._redundant = bool(self.ed.model.get("ignore_merges")) or self._all_rebuilt()
+        return self._redundant
+
+    def entries_allowed(self) -> bool:
+        """True when new vocabulary entries (which rely on ignore_merges) are safe and survive loading:
+        the merges are redundant, and transformers does not rebuild the model on load without the option
+        (`TokenizerEditor.forced_class`: Qwen2Tokenizer for a qwen2 checkpoint keeps merges, not ignore_merges)."""
+        return self.merges_are_redundant() and self.ed.forced_class() is None
+
+    def no_entries_reason(self) -> str:
+        """Why new vocabulary entries are not allowed here (see entries_allowed)."""
+        if self.merges_are_redundant() and self.ed.forced_class():
+            return (f"transformers loads this model type with {self.ed.forced_class()}, which rebuilds the BPE model "
+                    "from vocab and merges without ignore_merges")
+        return CHANGES_TEXT
+
+    def _all_rebuilt(self) -> bool:
+        """Whether the merges rebuild, as itself, every vocabulary entry that can be a whole
+        pre-token (WholePreTokens): ignore_merges changes nothing for the others, e.g. the
+        "[PAD151665]" entries that transformers' GGUF conversion of Qwen2.5 appends (issue #20).
+        Where the pre-tokenizer's layout is not one WholePreTokens knows, every entry must be rebuilt."""
+        bpe = self.ed.tok.model
+        reach: WholePreTokens | None | bool = False  # built at the first entry not rebuilt
+        unreached = []
+        for piece in self.ed.vocab:
+            if piece in self.ed.added:
+                continue
+            if [t.value for t in bpe.tokenize(piece)] != [piece]:
+                if reach is False:
+                    reach = WholePreTokens.of(self.ed.data.get("pre_tokenizer"))
+                if reach is not None and not reach.can_be_whole(piece):
+                    unreached.append(piece)
+                    continue
+                logger.info("vocabulary entry %r is not rebuilt by its merges%s", piece,
+                            "" if reach is None else ", and can be a whole pre-token")
+                return False
+        if unreached:
+            logger.info("%d vocabulary entries are not rebuilt by their merges (e.g. %r) but can never be a whole "
+                        "pre-token: ignore_merges leaves them alone", len(unreached), unreached[0])
+        return True
+
+    @staticmethod
+    def garbled(form: str) -> bool:
+        """Whether the ByteLevel decoder would read an added token `form` as bytes ("Éowyn" as
+        "\\ufffdowyn"): all its characters are byte symbols, not all ASCII (ASCII ones stand for themselves)."""
+        return not form.isascii() and all(c in _BYTE_ALPHABET for c in form)
+
+    def whole(self, form: str) -> bool:
+        """Whether `form` is one pre-token, so a vocabulary entry for it can be produced."""
+        return self.ed.pretokenize(form) == [byte_level(form)]
+
+    def merge_pair(self, form: str) -> tuple[str, str] | None:
+        """The two model pieces the original tokenizer splits `form` into, if two."""
+        ids = self.ed.encode(form)
+        if len(ids) != 2:
+            return None
+        a, b = (self.ed.tok.id_to_token(i) for i in ids)
+        if any(x is None or x in self.ed.added or x not in self.ed.vocab for x in (a, b)):
+            return None
+        return a, b
+
+    def splits_word_start(self, w: str) -> bool:
+        """Whether the original tokenizer has " w" as one model token, which an added token `w` would
+        split (added tokens are matched in raw text before pre-tokenization)."""
+        ids = self.ed.encode(" " + w)
+        return len(ids) == 1 and ids[0] == self.ed.vocab.get(byte_level(" " + w))
+
+    def why_not_entry(self, form: str) -> str:
+        """Why `form` cannot be a vocabulary entry (one with ignore_merges)."""
+        if not self.whole(form):
+            return f"the pre-tokenizer splits {form!r}"
+        return self.no_entries_reason()
+
+    # --- the hooks of the plan loop
+
+    def prepare(self, words: list[str]) -> None:
+        garbled_entries = [byte_level(w) for w in words if self.garbled(w) and self.whole(w)]
+        self.risks = split_risks(self.ed, words, byte_level, garbled_entries)
+
+    def entries(self, w: str) -> list[Entry]:
+        out = []
+        for form in (w, " " + w):
+            garbled = self.garbled(form)
+            whole = (garbled or form in self.risks) and self.whole(form)
+            # A vocabulary entry with ignore_merges is produced only for a whole pre-token, never
+            # inside " return" or "returned". Where ignore_merges would change existing text, a
+            # form BPE splits into two existing pieces gets one merge instead, at the lowest
+            # priority: it applies only where BPE would otherwise stop at those two pieces, so
+            # never inside " return" (already one token), only where the text has the form
+            # ("returned" -> "return" + "ed"), and loaders that rebuild the tokenizer from vocab +
+            # merges keep it. A word whose garbled bare form can be neither is skipped (admit).
+            if whole and self.entries_allowed():
+                out.append(Entry(form, byte_level(form), "vocab"))
+            elif whole and self.merge_pair(form):
+                out.append(Entry(form, byte_level(form), "merge"))
+            elif whole and garbled:
+                out.append(Entry(form, byte_level(form), "vocab"))
+            elif garbled:
+                parts = " | ".join(self.ed.text_of(p) for p in self.ed.pretokenize(form))
+                raise Skip(f"the pre-tokenizer splits it ({parts}), so it can only be an added token, which the "
+                           "ByteLevel decoder would garble (all its characters are byte symbols)")
+            else:
+                out.append(Entry(form, form, "added"))
+        return out
+
+    def admit(self, w: str, entry: Entry) -> bool:
+        if entry.mechanism == "added" and entry.form == w and self.splits_word_start(w):
+            self.blocked[w] = self.why_not_entry(w)
+            return False
+        if entry.mechanism == "vocab" and not self.entries_allowed():
+            self.unsafe.append(w)  # a garbled bare form: neither an added token nor an entry is safe
+            # the word is skipped whole (its word-start form alone would not be one word)
+            raise Skip(UNSAFE_FORM.format(self.no_entries_reason()))
+        return True
+
+    def skip_reason(self, w: str) -> str | None:
+        if w in self.blocked:
+            return (f"already one token after a space ({' ' + w!r}); its bare form would split that token as an "
+                    f"added token, and cannot be a vocabulary entry: {self.blocked[w]}")
+        return None
+
+    def finish(self, new, notes) -> None:
+        self._demote_shadowed(new)
+        if self.blocked:
+            w = next(iter(self.blocked))
+            note = (f"{len(self.blocked)} token(s) skipped (e.g. {w!r}): already one token after a space; the bare "
+                    f"form would split that token as an added token, and cannot be a vocabulary entry "
+                    f"({self.blocked[w]})")
+            notes.append(note)
+            logger.warning("%s", note)
+        if self.unsafe:
+            note = (f"{len(self.unsafe)} token(s) skipped (e.g. {self.unsafe[0]!r}): "
+                    f"{UNSAFE_FORM.format(self.no_entries_reason())}")
+            notes.append(note)
+            logger.warning("%s", note)
+        note = splitting_note(self.ed, new, self.risks, self.why_not_entry)
+        if note:
+            notes.append(note)
+
+    def _demote_shadowed(self, new) -> None:
+        """A new entry (vocab or merge) that contains a new added token (" Resto" and an added
+        "Resto", "tion" and an added "tio") would be split by it, since added tokens are matched
+        first: make the entry an added token too (the longer one is then matched first), until no
+        entry contains one."""
+        while True:
+            added = {byte_level(t.form) for t in new if t.mechanism == "added"}
+            if not added:
+                return
+            index = FormIndex(added)  # once per round, not per entry: linear in the number of words
+            shadowed = [t for t in new if t.mechanism in ("vocab", "merge") and index.inside(t.piece)]
+            if not shadowed:
+                return
+            for t in shadowed:
+                logger.info("token %r: %r contains a new added token; it becomes an added token", t.text, t.form)
+                t.mechanism, t.piece = "added", t.form
+
+    def needs_ignore_merges(self, new) -> bool:
+        needs = any(t.mechanism == "vocab" for t in new) and not self.ed.model.get("ignore_merges")
+        if needs and not self.merges_are_redundant():
+            words = sorted({t.text for t in new if t.mechanism == "vocab"})
+            raise InputError(
+                f"{self.ed.file}: this BPE vocabulary has entries its merges do not rebuild, so ignore_merges would "
+                f"change existing tokenization; tokens {words} cannot be added safely. Open an issue with the model name"
+            )
+        return needs

@@ -1,0 +1,1 @@
+"""Validation: which checks run on a written checkpoint, what they compute, the report."""
