@@ -28,11 +28,21 @@ def padded(tmp_path):
     return save_checkpoint(model, tok, tmp_path / "padded", max_shard_size="40KB")
 
 
-def test_default_appends_after_the_last_row(padded, tmp_path):
+def test_default_ids_follow_the_last_token_on_the_padding_rows_then_rows_keep_the_padding_multiple(padded, tmp_path):
+    """As transformers' add_tokens numbers them (issue 32: ids after the last row were cut off by
+    resize_token_embeddings(len(tokenizer))); the reserved tokens 600 and 601 stay."""
     r = add_tokens(padded, tmp_path / "out", WORDS)
     d = r.to_dict()
-    assert [a["id"] for a in d["added"]] == list(range(608, 618))
-    assert d["reused_rows"] == [] and d["rows_after"] == 618
+    assert [a["id"] for a in d["added"]] == list(range(602, 612))
+    assert d["reused_rows"] == list(range(602, 608)) and d["freed_tokens"] == {}
+    assert d["rows_after"] == 640  # 608 rows are a multiple of 32: 612 rounded up to it
+    assert any(n.startswith("6 new token(s) took padding rows 602..607") for n in d["tokenizer_notes"])
+    assert AutoTokenizer.from_pretrained(tmp_path / "out").convert_ids_to_tokens([600, 601]) == RESERVED
+
+
+def test_pad_to_multiple_of_1_appends_one_row_per_token(padded, tmp_path):
+    d = add_tokens(padded, tmp_path / "out", WORDS, pad_to_multiple_of=1).to_dict()
+    assert d["rows_after"] == 612 and d["padding_rows"] == 0
 
 
 def test_reuse_takes_unused_rows_then_reserved_tokens(padded, tmp_path):
@@ -43,7 +53,7 @@ def test_reuse_takes_unused_rows_then_reserved_tokens(padded, tmp_path):
     assert ids == [602, 603, 604, 605, 606, 607, 600, 601, 608, 609]
     assert d["reused_rows"] == ids[:8]
     assert d["freed_tokens"] == {"600": RESERVED[0], "601": RESERVED[1]}
-    assert d["rows_before"] == 608 and d["rows_after"] == 610
+    assert d["rows_before"] == 608 and d["rows_after"] == 640  # the checkpoint's multiple of 32 kept
     assert any(n.startswith("--reuse-reserved: 8 new tokens took existing rows") for n in d["tokenizer_notes"])
 
     tok = AutoTokenizer.from_pretrained(out)
@@ -53,7 +63,7 @@ def test_reuse_takes_unused_rows_then_reserved_tokens(padded, tmp_path):
 
     a, b = Checkpoint.open(padded), Checkpoint.open(out)
     for name in ("model.embed_tokens.weight", "lm_head.weight"):
-        old, new = a.rows_np(name, 0, 608), b.rows_np(name, 0, 610)
+        old, new = a.rows_np(name, 0, 608), b.rows_np(name, 0, 640)
         keep = [i for i in range(608) if i not in ids]
         assert np.array_equal(old[keep], new[keep]), "rows that were not reused stay bit-identical"
         mean = old.astype(np.float64).mean(0)
@@ -112,7 +122,7 @@ def test_a_run_that_only_reuses_rows_promises_no_kl_bound(padded, tmp_path):
 
 def test_the_kl_bound_of_a_run_that_reuses_and_appends_covers_the_appended_rows_only(padded, tmp_path):
     out = tmp_path / "out"
-    r = add_tokens(padded, out, WORDS, reuse_reserved=True)  # 8 rows reused, 2 appended
+    r = add_tokens(padded, out, WORDS, reuse_reserved=True, pad_to_multiple_of=1)  # 8 rows reused, 2 appended
     line = ("mean-init KL bound log(1 + k/n) = 0.00328 for the 2 appended rows only; the 8 reused padding or "
             "reserved rows are not covered (validation measures the KL)")
     assert r.plan.describe().splitlines()[-1] == line

@@ -618,23 +618,38 @@ def test_a_normal_word_is_not_promoted_to_special(built):
 
 
 @pytest.mark.parametrize("family", ["byte-level-gpt2", "sp-bpe", "unigram", "unigram-file", "wordpiece-cased"])
-def test_new_ids_after_padding_rows_are_what_the_reloaded_tokenizer_gives(family, built, tmp_path):
+def test_new_ids_follow_the_last_token_on_the_padding_rows_and_are_what_the_reloaded_tokenizer_gives(family, built,
+                                                                                                     tmp_path):
     src, out = built(family, extra_rows=24), tmp_path / "out"
     size = TokenizerEditor(src).size
     summary = _add(src, out, *_tokens_args(WORDS))
-    assert summary["rows_before"] == size + 24
-    assert [a["id"] for a in summary["added"]] == list(range(size + 24, summary["rows_after"]))
+    assert summary["rows_before"] == summary["rows_after"] == size + 24  # every entry fits in the padding rows
+    assert [a["id"] for a in summary["added"]] == list(range(size, size + len(summary["added"])))
     check_guarantees(src, out, WORDS, same_class=family != "byte-level-gpt2")
     tok = AutoTokenizer.from_pretrained(out)
     for a in summary["added"]:
         assert tok.convert_tokens_to_ids(a["piece"]) == a["id"]
-    if family.startswith("unigram"):  # the gap holds placeholders that are never produced
-        vocab = json.loads((out / "tokenizer.json").read_text())["model"]["vocab"]
-        assert [p for p, _ in vocab[size:size + 24]] == [GAP_PIECE.format(i) for i in range(size, size + 24)]
-        gap = set(range(size, size + 24))
-        for text in OLD_TEXTS + [GAP_PIECE.format(size), "<vocabsurgeon", "unused"]:
-            assert not gap & set(tok(text).input_ids)
-        assert any("placeholder" in n for n in summary["tokenizer_notes"])
+    assert len(tok) == size + len(summary["added"])  # resize_token_embeddings(len(tokenizer)) keeps them
+
+
+@pytest.mark.parametrize("family", ["unigram", "unigram-file"])
+def test_unigram_ids_past_a_gap_fill_it_with_placeholders_that_are_never_produced(family, built, tmp_path):
+    """Ids asked to start past the tokenizer (the library's first_id): a Unigram vocabulary is a list indexed
+    by id, so the gap holds placeholder pieces."""
+    src, out = built(family, extra_rows=24), tmp_path / "out"
+    ed = TokenizerEditor(src)
+    size = ed.size
+    plan = ed.plan(WORDS, first_id=size + 24)
+    assert [t.id for t in plan.new] == list(range(size + 24, size + 24 + len(plan.new)))
+    shutil.copytree(src, out)
+    ed.write(plan, out)
+    vocab = json.loads((out / "tokenizer.json").read_text())["model"]["vocab"]
+    assert [p for p, _ in vocab[size:size + 24]] == [GAP_PIECE.format(i) for i in range(size, size + 24)]
+    tok = AutoTokenizer.from_pretrained(out)
+    gap = set(range(size, size + 24))
+    for text in OLD_TEXTS + [GAP_PIECE.format(size), "<vocabsurgeon", "unused"]:
+        assert not gap & set(tok(text).input_ids)
+    assert any("placeholder" in n for n in plan.notes)
 
 
 def test_plan_refuses_ids_inside_the_tokenizer(built):

@@ -28,6 +28,9 @@ logger = logging.getLogger(__name__)
 # --pad-to-multiple-of: tensor cores want 8 to 128; a larger multiple only adds dead rows (2**70 would
 # exhaust memory planning them).
 MAX_PAD_MULTIPLE = 4096
+# The largest padding multiple inferred from a checkpoint's row count (OLMo 2's 100,352 rows divide by
+# 2048; tensor cores need no more than 128).
+MAX_DEFAULT_MULTIPLE = 128
 
 
 
@@ -278,9 +281,12 @@ def plan_tokens(target: Target, tokens: list[str]) -> Plan:
             f"{ckpt.path / TOKENIZER_FILE}: the tokenizer has ids up to {editor.size - 1}, but '{layout.embedding}' "
             f"has only {layout.rows} rows; tokenizer and weights disagree, refusing to guess"
         )
-    # New ids start after the last row: rows past the tokenizer (padding, reserved) keep their values.
+    # New ids start right after the last token, as transformers' add_tokens numbers them, so that
+    # resize_token_embeddings(len(tokenizer)) keeps every new row: the padding rows past the tokenizer
+    # are taken first (their values replaced), rows are appended only past them. --reuse-reserved hands
+    # out every unused row and the reserved placeholders first, then appends.
     reuse = editor.reusable_ids(layout.rows) if options.reuse_reserved else None
-    tplan = editor.plan(tokens, special=options.special, first_id=layout.rows, reuse=reuse)
+    tplan = editor.plan(tokens, special=options.special, first_id=layout.rows if reuse else editor.size, reuse=reuse)
     if options.strict and tplan.skipped:
         first = tplan.skipped[0]
         raise InputError(f"--strict: {len(tplan.skipped)} token(s) would be skipped, e.g. {first['token']!r}: "
@@ -294,13 +300,35 @@ def plan_tokens(target: Target, tokens: list[str]) -> Plan:
         tplan.notes.append(
             f"not copied: {', '.join(dropped)} (slow-tokenizer files without the new tokens; {TOKENIZER_FILE} has them)"
         )
+    on_padding = [t.id for t in tplan.new if editor.size <= t.id < layout.rows]
+    if on_padding and reuse is None:
+        tplan.notes.append(
+            f"{len(on_padding)} new token(s) took padding rows {on_padding[0]}..{on_padding[-1]} (ids right after the "
+            "tokenizer's last, as transformers' add_tokens numbers them, so resize_token_embeddings(len(tokenizer)) "
+            "keeps them); their old values are replaced")
     rows_after = layout.rows + sum(t.id >= layout.rows for t in tplan.new)
-    if tplan.new and options.pad_to_multiple_of:
-        m = options.pad_to_multiple_of
+    m = options.pad_to_multiple_of or padding_multiple(layout.rows, editor.size)
+    if tplan.new and m:
         rows_after = math.ceil(rows_after / m) * m
     rewrite = target.vocab_files if tplan.new else []
     copy = [f for f in ckpt.shards if f not in rewrite]
     return Plan(target, editor, tplan, layout.rows, rows_after, rewrite, copy, dropped)
+
+
+def padding_multiple(rows: int, tokens: int) -> int | None:
+    """The multiple a checkpoint's rows were padded to, kept when rows are appended: the largest power of
+    two up to `MAX_DEFAULT_MULTIPLE` that divides `rows`, where `rows` is more than the `tokens` the
+    tokenizer has (padding rows) and that power is at least 8; None otherwise (rows are appended one per
+    token, as before).
+
+    Example:
+        >>> padding_multiple(151936, 151669), padding_multiple(50304, 50277), padding_multiple(600, 600)
+        (128, 128, None)
+    """
+    if rows <= tokens:
+        return None
+    m = min(rows & -rows, MAX_DEFAULT_MULTIPLE)  # rows & -rows: the largest power of two dividing rows
+    return m if m >= 8 else None
 
 
 def plan_add(src: str | os.PathLike, tokens: list[str], options: AddOptions | None = None, *,

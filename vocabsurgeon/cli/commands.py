@@ -112,10 +112,12 @@ def _strategies_in_help(fn):
 @click.option("--special", is_flag=True, help="Add the tokens as special tokens (skipped by decode(skip_special_tokens)).")
 @click.option("--strict", is_flag=True, help="Exit 2 before writing when any token is skipped (all or nothing).")
 @click.option("--pad-to-multiple-of", type=click.IntRange(min=1),
-              help="Pad the rows to a multiple of N (tensor cores); padding holds the mean row.")
+              help="Pad the rows to a multiple of N (tensor cores); padding holds the mean row. Default: the "
+                   "checkpoint's own multiple where it has padding rows past the tokenizer (1: no padding).")
 @click.option("--reuse-reserved", is_flag=True,
-              help="Put new tokens on rows no token uses (padding) and on reserved placeholder tokens "
-                   "(<|reserved_special_token_N|>, <unusedN>, [unusedN]) before appending rows.")
+              help="Put new tokens on every row no token uses and on reserved placeholder tokens "
+                   "(<|reserved_special_token_N|>, <unusedN>, [unusedN], <SPECIAL_N>) before appending rows "
+                   "(without it, new ids follow the tokenizer's last id, on the padding rows past it).")
 @click.option("--link", is_flag=True, help="Hard-link untouched shards instead of copying them (same filesystem only).")
 @click.option("--no-fsync", is_flag=True,
               help="Do not flush the output to disk before renaming it into place: faster on slow disks (up to "
