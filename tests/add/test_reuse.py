@@ -80,6 +80,16 @@ def test_reuse_takes_unused_rows_then_reserved_tokens(padded, tmp_path):
     assert torch.equal(lo[:, keep], ln[:, keep])
 
 
+def test_tekken_special_placeholders_are_reserved_tokens_to_reuse(tmp_path):
+    """Mistral Nemo's Tekken ships <SPECIAL_20>..<SPECIAL_999> among its first 1000 ids (issue 32)."""
+    from vocabsurgeon.tokenizer.editor import TokenizerEditor
+
+    tok = bytelevel_tokenizer(600)
+    tok.add_special_tokens({"additional_special_tokens": ["<SPECIAL_20>", "<SPECIAL_21>", "[INST]"]})
+    tok.save_pretrained(tmp_path)
+    assert TokenizerEditor(tmp_path).reusable_ids(603) == [(600, "<SPECIAL_20>"), (601, "<SPECIAL_21>")]
+
+
 def test_reuse_refused_for_unigram_vocabularies(tmp_path, monkeypatch):
     from vocabsurgeon.tokenizer.editor import TokenizerEditor
 
@@ -115,9 +125,12 @@ def test_a_run_that_only_reuses_rows_promises_no_kl_bound(padded, tmp_path):
     assert plan.to_dict()["rows_after"] == 608
     text = plan.describe()
     assert "KL bound log(1 + k/n) = 0" not in text
-    assert text.splitlines()[-1] == (
-        "mean-init KL bound: none; all 6 new rows reuse padding or reserved rows, whose old values are replaced "
-        "(log(1 + k/n) covers appended rows only; validation measures the KL)")
+    line = ("mean-init KL bound: not covered; all 6 new rows reuse padding or reserved rows, whose old values are "
+            "replaced (log(1 + k/n) covers appended rows only; validation measures the KL)")
+    assert text.splitlines()[-1] == line
+    # issue 32: --json said "kl_bound": 0.0, a bound of zero that nothing guarantees
+    d = plan.to_dict()
+    assert d["kl_bound"] is None and d["kl_bound_covers"] == line
 
 
 def test_the_kl_bound_of_a_run_that_reuses_and_appends_covers_the_appended_rows_only(padded, tmp_path):

@@ -131,12 +131,12 @@ def kl_bound_line(summary: dict) -> str:
     """
     reused = len(summary.get("reused_rows") or [])
     k = summary.get("rows_after", 0) - summary.get("rows_before", 0)
-    bound = f"{summary.get('kl_bound', 0.0):.3g}"
+    if not k:
+        return (f"mean-init KL bound: not covered; all {reused} new rows reuse padding or reserved rows, whose "
+                "old values are replaced (log(1 + k/n) covers appended rows only; validation measures the KL)")
+    bound = f"{summary['kl_bound']:.3g}"
     if not reused:
         return f"mean-init KL bound log(1 + k/n) = {bound}"
-    if not k:
-        return (f"mean-init KL bound: none; all {reused} new rows reuse padding or reserved rows, whose old values "
-                "are replaced (log(1 + k/n) covers appended rows only; validation measures the KL)")
     return (f"mean-init KL bound log(1 + k/n) = {bound} for the {k} appended rows only; the {reused} reused padding "
             "or reserved rows are not covered (validation measures the KL)")
 

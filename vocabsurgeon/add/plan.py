@@ -161,7 +161,7 @@ class Plan:
     def to_dict(self) -> dict:
         lay = self.layout
         source = self.source or Source(self.src)
-        return {
+        d = {
             "input": str(self.src),
             "base": source.to_dict(),
             "architecture": lay.architecture,
@@ -184,12 +184,15 @@ class Plan:
             "skipped": self.tokens.skipped,
             "contexts_not_one_token": self.tokens.contexts,
             "tokenizer_notes": self.tokens.notes,
-            "kl_bound": kl_bound(self.k, self.rows_before) if self.k else 0.0,
+            # None where every new row reuses an old one: log(1 + k/n) covers appended rows only
+            "kl_bound": kl_bound(self.k, self.rows_before) if self.k else None,
             "untied": self.untie_report(),
             "files_rewritten": self.rewrite,
             "files_copied": self.copy,
             "bytes_to_write": self.bytes_to_write,
         }
+        d["kl_bound_covers"] = kl_bound_line(d) if self.tokens.new else None  # what kl_bound says, in words
+        return d
 
     @property
     def bytes_to_write(self) -> int:
@@ -229,7 +232,7 @@ class Plan:
         if d["untied"]:
             lines.append(f"untie: new output matrix '{d['untied']['lm_head']}' ({d['untied']['bytes_added']:,} bytes)")
         if d["added"]:
-            lines.append(kl_bound_line(d))
+            lines.append(d["kl_bound_covers"])
         return "\n".join(lines)
 
 

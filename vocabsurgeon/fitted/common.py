@@ -337,10 +337,22 @@ def contexts_found(windows: list[Window], tokens: list[FitToken], stays_at: str)
             occurrences[r.j] += 1
     missing = [t.form for t, c in zip(tokens, occurrences) if c == 0 and t.pieces]
     if missing:
-        logger.warning("%d new token(s) never occur in the contexts, e.g. %r: their rows stay at %s",
-                       len(missing), missing[0], stays_at)
+        seen = {t.form for t, c in zip(tokens, occurrences) if c}
+        logger.warning("%d new token(s) never occur in the contexts, e.g. %s: their rows stay at %s",
+                       len(missing), form_in_words(missing[0], seen), stays_at)
     return {"windows": len(windows), "occurrences": sum(occurrences), "tokens_without_context": missing[:20],
             "n_tokens_without_context": len(missing)}
+
+
+def form_in_words(form: str, seen: set[str]) -> str:
+    """A new token's form as a message names it: which of a word's two forms it is, and whether the other
+    one occurs (a word the corpus has may lack only its bare form: 'Gandalf' at a text start)."""
+    word = form.strip()
+    if form != word:
+        what, other = f"the word-start form {form!r} (after a space)", word
+    else:
+        what, other = f"the bare form {form!r} (at a text start or after punctuation)", " " + word
+    return what + (f"; its form {other!r} occurs" if other in seen else "")
 
 
 def kl_figures(kl) -> dict:

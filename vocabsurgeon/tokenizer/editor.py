@@ -52,8 +52,9 @@ logger = logging.getLogger(__name__)
 
 # tokenizer_config classes that load tokenizer.json without rebuilding it.
 FILE_AS_WRITTEN_CLASSES = {"PreTrainedTokenizerFast", "TokenizersBackend"}
-# Placeholder tokens that models ship for later use (Llama 3, Gemma, BERT): --reuse-reserved takes them.
-RESERVED_TOKEN = re.compile(r"<\|reserved_special_token_\d+\|>|<unused\d+>|\[unused\d+\]|<\|reserved_\d+\|>")
+# Placeholder tokens that models ship for later use (Llama 3, Gemma, BERT, Mistral's Tekken): --reuse-reserved
+# takes them.
+RESERVED_TOKEN = re.compile(r"<\|reserved_special_token_\d+\|>|<unused\d+>|\[unused\d+\]|<\|reserved_\d+\|>|<SPECIAL_\d+>")
 GAP_PIECE = "<vocabsurgeon unused {}>"  # Unigram placeholders; the space makes them unreachable
 
 def _around(text: str, word: str, width: int = 12) -> str:
@@ -102,24 +103,32 @@ class TokenizerPlan:
                 "notes": self.notes, "contexts_not_one_token": self.contexts}
 
 
-def class_defaults(name: str | None, cfg: dict) -> dict:
-    """What transformers' tokenizer class `name` sets by default and PreTrainedTokenizerFast sets otherwise
-    (LlamaTokenizer pads on the left), where tokenizer_config.json `cfg` does not set it: written when the
-    class is replaced, so that the tokenizer loaded as written pads and truncates as the named class did."""
+# What a tokenizer class may set for itself (LlamaTokenizer pads on the left) that a tokenizer loaded as
+# written (PreTrainedTokenizerFast) takes from tokenizer_config.json only.
+CLASS_ATTRIBUTES = ("padding_side", "truncation_side", "model_input_names")
+
+
+def class_defaults(name: str | None, cfg: dict, loaded=None) -> dict:
+    """What the tokenizer AutoTokenizer loaded (`loaded`, the instance), or else transformers' class `name`,
+    sets by default and PreTrainedTokenizerFast sets otherwise, where tokenizer_config.json `cfg` does not
+    set it: written when the class is replaced, so that the tokenizer loaded as written pads and truncates
+    as the input did. The instance decides where there is one: a class name is not what loads (DeepSeek V3
+    names LlamaTokenizerFast, which pads left, over a byte-level file that transformers 5 loads as
+    TokenizersBackend, which pads right)."""
     if name is None or name in FILE_AS_WRITTEN_CLASSES:
         return {}
     try:
         from transformers import PreTrainedTokenizerFast
         from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
 
-        cls = tokenizer_class_from_name(name)
+        source = loaded if loaded is not None else tokenizer_class_from_name(name)
     except Exception:  # an old or broken transformers: the class keeps its own defaults unknown
         return {}
-    if cls is None:
+    if source is None:
         return {}
-    keys = ("padding_side", "truncation_side", "model_input_names")
-    return {k: getattr(cls, k) for k in keys
-            if k not in cfg and getattr(cls, k, None) is not None and getattr(cls, k) != getattr(PreTrainedTokenizerFast, k)}
+    return {k: getattr(source, k) for k in CLASS_ATTRIBUTES
+            if k not in cfg and getattr(source, k, None) is not None
+            and getattr(source, k) != getattr(PreTrainedTokenizerFast, k)}
 
 
 def convert_slow_tokenizer(directory: str | Path, slow_file: str = SLOW_TOKENIZER_FILES[0]) -> tuple[dict, str]:
@@ -288,7 +297,8 @@ class TokenizerEditor:
 
     def reusable_ids(self, rows: int) -> list[tuple[int, str | None]]:
         """Rows that --reuse-reserved may take, in order: rows no token maps to, then reserved
-        placeholder tokens (`<|reserved_special_token_N|>`, `<unusedN>`, `[unusedN]`), as (id, content)."""
+        placeholder tokens (`<|reserved_special_token_N|>`, `<unusedN>`, `[unusedN]`, Tekken's `<SPECIAL_N>`),
+        as (id, content)."""
         if not isinstance(self.model.get("vocab"), dict):
             raise InputError(
                 f"{self.dir / TOKENIZER_FILE}: --reuse-reserved needs a BPE or WordPiece vocabulary; "
@@ -363,7 +373,7 @@ class TokenizerEditor:
                           if set_ignore else self.family.rebuild_breaks(new) if self.family is not None else None)
         old_class = (self.config or {}).get("tokenizer_class")
         if why_as_written and old_class not in FILE_AS_WRITTEN_CLASSES:
-            kept = "".join(f", {k} {v!r} kept" for k, v in class_defaults(old_class, self.config or {}).items())
+            kept = "".join(f", {k} {v!r} kept" for k, v in self._class_defaults().items())
             notes.append(f"tokenizer_class {old_class} -> PreTrainedTokenizerFast, so transformers loads tokenizer.json "
                          f"as written ({why_as_written}{kept})")
         gap = None
@@ -527,16 +537,25 @@ class TokenizerEditor:
         `_loaded_class` is then the class AutoTokenizer picked."""
         if not hasattr(self, "_loaded_original"):
             self._loaded_class: str | None = None
+            self._loaded_instance = None
             try:
                 from transformers import AutoTokenizer
 
                 loaded = AutoTokenizer.from_pretrained(str(self.dir), trust_remote_code=False)
                 self._loaded_original = unpadded(Tokenizer.from_str(loaded.backend_tokenizer.to_str()))
                 self._loaded_class = type(loaded).__name__
+                self._loaded_instance = loaded
             except Exception as e:  # transformers raises many types; then every difference counts
                 logger.info("transformers cannot load %s (%s: %s)", self.dir, type(e).__name__, e)
                 self._loaded_original = None
         return self._loaded_original
+
+    def _class_defaults(self) -> dict:
+        """`class_defaults` of the input: what the tokenizer AutoTokenizer loads sets that tokenizer_config.json
+        does not (the class named there where transformers cannot load it)."""
+        self._original_as_loaded()
+        cfg = self.config or {}
+        return class_defaults(cfg.get("tokenizer_class"), cfg, self._loaded_instance)
 
     def _built_pipeline(self) -> dict | None:
         """The normalizer, pre-tokenizer and decoder of the original as transformers builds it on load, or None."""
@@ -722,7 +741,7 @@ class TokenizerEditor:
             return None
         cfg = json.loads(json.dumps(self.config or {}))
         if needs_file_as_written and cfg.get("tokenizer_class") not in FILE_AS_WRITTEN_CLASSES:
-            cfg.update(class_defaults(cfg.get("tokenizer_class"), cfg))
+            cfg.update(self._class_defaults())
             cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
         decoder = cfg.get("added_tokens_decoder")
         for i, content in plan.freed.items():
