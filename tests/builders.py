@@ -224,3 +224,27 @@ def family_tokenizer(family: str):
     if family == "sp-bpe-gemma":
         return sp_bpe_gemma()
     return metaspace_bpe() if family == "metaspace-bpe" else make_tokenizer(family)
+
+
+# The tokenizer families above, each as its publishers ship it (the class in tokenizer_config.json), and the
+# DeepSeek V3 layout: a byte-level file under a config that names LlamaTokenizerFast, which transformers 5
+# loads as TokenizersBackend (it pads on the right, LlamaTokenizerFast on the left).
+ALL_FAMILIES = ["byte-level", "byte-level-gpt2", "byte-level-llama-class", "sp-bpe", "sp-bpe-file", "sp-bpe-meta",
+                "sp-bpe-gemma", "metaspace-bpe", "unigram", "unigram-file", "wordpiece-cased", "wordpiece-uncased"]
+SHIPPED_CLASS = {"sp-bpe-meta": {"tokenizer_class": "LlamaTokenizer", "legacy": True},
+                 "sp-bpe-gemma": {"tokenizer_class": "GemmaTokenizer"},
+                 "byte-level-llama-class": {"tokenizer_class": "LlamaTokenizerFast"}}
+
+
+def family_checkpoint(path: Path, family: str, rows_multiple: int = 1) -> Path:
+    """`tiny_checkpoint` around a tokenizer of `family` (one of ALL_FAMILIES), with its shipped class; with
+    `rows_multiple`, its rows padded past the tokenizer to a multiple of it (as Qwen's 151,669 tokens have
+    151,936 rows), by at least one row."""
+    tok = bytelevel_tokenizer(600) if family == "byte-level-llama-class" else family_tokenizer(family)
+    n = max(tok.get_vocab().values()) + 1
+    path = tiny_checkpoint(path, tok, (-n) % rows_multiple or rows_multiple if rows_multiple > 1 else 0)
+    if family in SHIPPED_CLASS:
+        cfg = read_json(path / "tokenizer_config.json")
+        cfg.update(SHIPPED_CLASS[family])
+        (path / "tokenizer_config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    return path

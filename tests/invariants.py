@@ -68,3 +68,45 @@ def kl_old_new(old_logits: torch.Tensor, new_logits: torch.Tensor) -> torch.Tens
 
 def bound(k: int, n: int) -> float:
     return math.log1p(k / n)
+
+
+def tokenizer_behaviour(tok) -> dict:
+    """What a user of a transformers tokenizer relies on besides the ids of text: padding and truncation
+    sides, model_max_length, the special tokens it adds (BOS/EOS), its special tokens and their ids, the chat
+    template and clean_up_tokenization_spaces."""
+    probe = "Hello world"
+    with_specials, plain = tok(probe).input_ids, tok(probe, add_special_tokens=False).input_ids
+    start = next(i for i in range(len(with_specials) + 1) if with_specials[i:i + len(plain)] == plain)
+    specials = {k: v for k, v in tok.special_tokens_map.items() if isinstance(v, str)}
+    return {
+        "padding_side": tok.padding_side,
+        "truncation_side": tok.truncation_side,
+        "model_max_length": tok.model_max_length,
+        "added_before": with_specials[:start],
+        "added_after": with_specials[start + len(plain):],
+        "special_tokens": {k: (v, tok.convert_tokens_to_ids(v)) for k, v in specials.items()},
+        "additional_special_tokens": sorted(tok.all_special_tokens),
+        "chat_template": tok.chat_template,
+        "clean_up_tokenization_spaces": tok.clean_up_tokenization_spaces,
+    }
+
+
+def check_same_tokenizer_behaviour(src: Path, out: Path) -> None:
+    """AutoTokenizer(out) behaves as AutoTokenizer(src) in every `tokenizer_behaviour` attribute. A special token
+    that a class invents on load where src's tokenizer.json has none (GemmaTokenizer's <pad>, numbered after the
+    last token) is compared by content only: its id follows the new tokens."""
+    from transformers import AutoTokenizer
+
+    old, new = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(out)
+    a, b = tokenizer_behaviour(old), tokenizer_behaviour(new)
+    file = Path(src) / "tokenizer.json"
+    if file.is_file():
+        data = json.loads(file.read_text(encoding="utf-8"))
+        vocab = data["model"].get("vocab") or {}
+        in_file = {p[0] for p in vocab} if isinstance(vocab, list) else set(vocab)
+        in_file |= {t["content"] for t in data.get("added_tokens") or []}
+        for k, (content, _) in a["special_tokens"].items():
+            if content not in in_file:
+                assert b["special_tokens"][k][0] == content, k
+                a["special_tokens"][k] = b["special_tokens"][k] = content
+    assert {k: (a[k], b[k]) for k in a if a[k] != b[k]} == {}
