@@ -109,4 +109,20 @@ def check_same_tokenizer_behaviour(src: Path, out: Path) -> None:
             if content not in in_file:
                 assert b["special_tokens"][k][0] == content, k
                 a["special_tokens"][k] = b["special_tokens"][k] = content
-    assert {k: (a[k], b[k]) for k in a if a[k] != b[k]} == {}
+    differ = {k: (a[k], b[k]) for k in a if a[k] != b[k]}
+    assert not differ, differ
+
+
+def check_resize_keeps_new_rows(out: Path, ids: list[int]) -> None:
+    """The first line of every fine-tuning script, `model.resize_token_embeddings(len(tokenizer))`, keeps the
+    rows of the new `ids` as written, and a forward pass on each of them runs (issue 32)."""
+    from transformers import AutoModel, AutoTokenizer
+
+    tok, model = AutoTokenizer.from_pretrained(out), AutoModel.from_pretrained(out).eval()
+    written = model.get_input_embeddings().weight.detach().clone()
+    assert max(ids) < len(tok), (max(ids), len(tok))
+    model.resize_token_embeddings(len(tok))
+    assert torch.equal(model.get_input_embeddings().weight[ids], written[ids])
+    with torch.no_grad():
+        hidden = model(input_ids=torch.tensor([ids])).last_hidden_state
+    assert torch.isfinite(hidden.float()).all()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from builders import ALL_FAMILIES, bytelevel_tokenizer, family_checkpoint, save_checkpoint
-from invariants import check_same_tokenizer_behaviour
+from invariants import check_resize_keeps_new_rows, check_same_tokenizer_behaviour
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from vocabsurgeon import add_tokens
@@ -56,12 +56,10 @@ def test_resize_token_embeddings_to_len_tokenizer_keeps_every_new_row_and_runs_e
     assert ids == list(range(n_tokens, n_tokens + len(ids)))
     assert d["rows_after"] % ROWS_MULTIPLE == 0 and d["rows_after"] >= d["rows_before"]
 
+    check_resize_keeps_new_rows(out, ids)
     tok = AutoTokenizer.from_pretrained(out)
     model = AutoModelForCausalLM.from_pretrained(out).eval()
-    written = model.get_input_embeddings().weight.detach().clone()
-    assert max(ids) < len(tok)
     model.resize_token_embeddings(len(tok))
-    assert torch.equal(model.get_input_embeddings().weight[ids], written[ids])
     text = "I saw " + ", ".join(WORDS) + " there."
     x = tok(text, return_tensors="pt").input_ids
     assert set(ids) & set(x[0].tolist())

@@ -26,6 +26,7 @@ from tokenizers import Regex, Tokenizer, pre_tokenizers
 from transformers import (AutoModelForCausalLM, AutoTokenizer, BertTokenizer, LlamaConfig, LlamaForCausalLM,
                           PreTrainedTokenizerFast)
 
+from invariants import check_same_tokenizer_behaviour
 from builders import OLD_TEXTS, SPECIAL, bytelevel_tokenizer, make_tokenizer, tiny_checkpoint, training_text
 from conftest import FIXTURES
 from vocabsurgeon.cli.commands import cli
@@ -695,6 +696,7 @@ def test_slow_only_checkpoint_is_converted_and_says_so(slow_only, tmp_path):
     assert (out / "tokenizer.json").exists() and not (src / "tokenizer.json").exists()
     assert not (out / "tokenizer.model").exists(), "a stale slow tokenizer must not be shipped"
     check_guarantees(src, out, WORDS)
+    check_same_tokenizer_behaviour(src, out)
 
 
 def test_a_sentencepiece_bpe_model_alone_is_read_in_metas_layout_and_its_words_are_kept(slow_only, tmp_path):
@@ -737,6 +739,9 @@ def test_a_sentencepiece_bpe_model_alone_is_read_in_metas_layout_and_its_words_a
         for text in (f"{w} went home.", f"I saw {w}, and {w}'s.", f" {w}"):
             ids = new(text, add_special_tokens=False).input_ids
             assert ids.count(ids_of[w]) == text.count(w) and new.decode(ids) == text, (text, new.convert_ids_to_tokens(ids))
+    # issue 32: the output named no BOS, EOS or UNK (the converting class gave them to the input, no file did)
+    assert new.eos_token == old.eos_token == "</s>"
+    check_same_tokenizer_behaviour(src, tmp_path / "out")
 
 
 def test_missing_tokenizer_is_refused_with_what_to_do(slow_only, tmp_path):

@@ -16,6 +16,7 @@ from tokenizers import Tokenizer
 from transformers import (AutoTokenizer, BertConfig, BertModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
                           MistralForCausalLM)
 
+from invariants import check_resize_keeps_new_rows, check_same_tokenizer_behaviour
 from vocabsurgeon.cli.commands import cli
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -146,6 +147,10 @@ def _word_matrix(src: Path, out: Path) -> dict:
                 assert len(ids) == 1 + (lead if text != w else 0), (w, text, new.convert_ids_to_tokens(ids))
     assert set(contexts) <= set(kept)
     assert all(set(v) <= {f"({w})", f'"{w}"', f"I saw {w}'s"} for w, v in contexts.items()), contexts
+    # issue 32: what a user does next, resize to len(tokenizer), and the tokenizer's other attributes
+    if summary["added"]:
+        check_resize_keeps_new_rows(out, [a["id"] for a in summary["added"]])
+    check_same_tokenizer_behaviour(src, out)
     return summary
 
 

@@ -111,11 +111,12 @@ CLASS_ATTRIBUTES = ("padding_side", "truncation_side", "model_input_names")
 def class_defaults(name: str | None, cfg: dict, loaded=None) -> dict:
     """What the tokenizer AutoTokenizer loaded (`loaded`, the instance), or else transformers' class `name`,
     sets by default and PreTrainedTokenizerFast sets otherwise, where tokenizer_config.json `cfg` does not
-    set it: written when the class is replaced, so that the tokenizer loaded as written pads and truncates
-    as the input did. The instance decides where there is one: a class name is not what loads (DeepSeek V3
-    names LlamaTokenizerFast, which pads left, over a byte-level file that transformers 5 loads as
-    TokenizersBackend, which pads right)."""
-    if name is None or name in FILE_AS_WRITTEN_CLASSES:
+    set it: written when the class is replaced, so that the tokenizer loaded as written pads, truncates and
+    names its special tokens as the input did. The instance decides where there is one: a class name is not
+    what loads (DeepSeek V3 names LlamaTokenizerFast, which pads left, over a byte-level file that
+    transformers 5 loads as TokenizersBackend, which pads right), and a converted tokenizer.model
+    (Mistral's) gets its BOS, EOS and UNK from the converting class, not from any file."""
+    if name in FILE_AS_WRITTEN_CLASSES or (name is None and loaded is None):
         return {}
     try:
         from transformers import PreTrainedTokenizerFast
@@ -126,9 +127,16 @@ def class_defaults(name: str | None, cfg: dict, loaded=None) -> dict:
         return {}
     if source is None:
         return {}
-    return {k: getattr(source, k) for k in CLASS_ATTRIBUTES
-            if k not in cfg and getattr(source, k, None) is not None
-            and getattr(source, k) != getattr(PreTrainedTokenizerFast, k)}
+    out = {k: getattr(source, k) for k in CLASS_ATTRIBUTES
+           if k not in cfg and getattr(source, k, None) is not None
+           and getattr(source, k) != getattr(PreTrainedTokenizerFast, k)}
+    if loaded is not None:
+        out.update({k: v for k, v in loaded.special_tokens_map.items()
+                    if k.endswith("_token") and isinstance(v, str) and k not in cfg})
+        extra = getattr(loaded, "extra_special_tokens", None)  # Mistral v0.3's [INST] and 768 [control_N]
+        if extra and isinstance(extra, list) and not {"extra_special_tokens", "additional_special_tokens"} & set(cfg):
+            out["extra_special_tokens"] = [str(t) for t in extra]
+    return out
 
 
 def convert_slow_tokenizer(directory: str | Path, slow_file: str = SLOW_TOKENIZER_FILES[0]) -> tuple[dict, str]:
@@ -373,7 +381,8 @@ class TokenizerEditor:
                           if set_ignore else self.family.rebuild_breaks(new) if self.family is not None else None)
         old_class = (self.config or {}).get("tokenizer_class")
         if why_as_written and old_class not in FILE_AS_WRITTEN_CLASSES:
-            kept = "".join(f", {k} {v!r} kept" for k, v in self._class_defaults().items())
+            kept = "".join(f", {k} {f'({len(v)} tokens)' if isinstance(v, list) else repr(v)} kept"
+                           for k, v in self._class_defaults().items())
             notes.append(f"tokenizer_class {old_class} -> PreTrainedTokenizerFast, so transformers loads tokenizer.json "
                          f"as written ({why_as_written}{kept})")
         gap = None
