@@ -107,6 +107,7 @@ def fit(src: Path, words: list[str], text: Path, mode: str, steps: int) -> None:
 
     import vocabsurgeon
     from vocabsurgeon.fitted import causal as fitted
+    from vocabsurgeon.fitted import fit_rows
 
     # the module that runs the distillation (fitted.py before distill.py was split out of it)
     where = sys.modules[fitted.distill_input_rows.__module__]
@@ -125,7 +126,7 @@ def fit(src: Path, words: list[str], text: Path, mode: str, steps: int) -> None:
         opts.depth = 1.0
     t0 = time.perf_counter()
     try:
-        r = fitted.fit_rows(src, tokens, {"input"}, opts)
+        r = fit_rows(src, tokens, {"input"}, opts)
     finally:
         for k, v in saved.items():
             setattr(where, k, v)

@@ -1,14 +1,7 @@
 """The exceptions vocabsurgeon raises; each message names the file/tensor/token and the next step.
 
-The CLI turns them into one line on stderr and the exit status below (documented in README.md):
-
-    0  success
-    1  unexpected internal error (a bug: please report it with VOCABSURGEON_DEBUG=1 output)
-    2  bad input: checkpoint, tokens file, options or output directory
-    3  validation failed (the output is kept for inspection)
-    4  push to the Hugging Face Hub failed
-    5  writing the output failed (disk full, file too large, I/O or permission error); nothing was published
-  130  interrupted (SIGINT)
+Each class carries its exit status (`exit_code`); the CLI turns them into one line on stderr. The table of
+exit codes is in the README.
 """
 
 from __future__ import annotations

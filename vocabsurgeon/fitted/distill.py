@@ -1,8 +1,8 @@
 """Input rows of `--init fitted` on a causal LM by distillation (AweDist, 2025).
 
 The model reading a new token must give the hidden states it gives on the word's pieces, at the
-positions from the first new token on; Adam over the new rows only (`fit_common.adam_passes`). A
-step runs the first layers only (`layer_tap.LayerTap`, at the depth fitted.py chooses) and only
+positions from the first new token on; Adam over the new rows only (`common.adam_passes`). A
+step runs the first layers only (`layer_tap.LayerTap`, at the depth causal.py chooses) and only
 the part of each window after its cached start (`prefix_cache.PrefixCache`). `m` is fitted's frozen
 model (`fitted._Model`: E, n, hidden(), model, device) and `teacher` its pass over the windows
 (`fitted._Teacher`), duck-typed here so that this module does not import fitted.py.
@@ -24,7 +24,7 @@ def distill_input_rows(m, windows: list[Window], teacher, start, steps: int | No
                        lr: float, seed: int, say: Steps, passes: int = 3, depth: int | None = None):
     """Input rows such that the model reading new tokens gives the hidden states it gives on their
     pieces, at the aligned positions from the first new token on (MSE relative to |h|^2), by
-    `fit_common.adam_passes` (passes over the windows, held-out windows keep the best pass).
+    `common.adam_passes` (passes over the windows, held-out windows keep the best pass).
 
     The hidden states are the last ones, or with `depth` those after the first `depth` decoder
     layers (through the final norm, `teacher.at_depth`): each step then runs only those layers (layer_tap.py).
@@ -32,7 +32,7 @@ def distill_input_rows(m, windows: list[Window], teacher, start, steps: int | No
     Each step runs only the part of each window from its first new token: the keys and values of
     what comes before are computed once (`prefix_cache.PrefixCache`, checked against full windows on
     the first batch; full windows when they differ), and a batch holds windows of similar lengths
-    (`fit_common.length_batches`): padding costs as much as real positions.
+    (`common.length_batches`): padding costs as much as real positions.
 
     Returns:
         (rows (k, hidden) float64, a report: steps, passes, held-out loss per pass, skipped steps,
