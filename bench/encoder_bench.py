@@ -229,6 +229,7 @@ def old_text_kl(src: Path, out: Path, max_tokens: int = 2048, masked: bool = Fal
     import torch
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
+    from vocabsurgeon.kl import kl_figures, kl_per_position
     from vocabsurgeon.runtime import read_corpus
 
     tok = AutoTokenizer.from_pretrained(src)
@@ -247,10 +248,9 @@ def old_text_kl(src: Path, out: Path, max_tokens: int = 2048, masked: bool = Fal
             x[0, at] = tok.mask_token_id
         with torch.no_grad():
             za, zb = a(input_ids=x).logits[0, at].double(), b(input_ids=x).logits[0, at].double()
-        lpa, lpb = za.log_softmax(-1), zb.log_softmax(-1)[:, :za.shape[-1]]
-        kls.append((lpa.exp() * (lpa - lpb)).sum(-1).numpy())
-    kl = np.concatenate(kls)
-    return {"mean": float(kl.mean()), "p99": float(np.quantile(kl, 0.99)), "max": float(kl.max())}
+        kls.append(kl_per_position(za, zb))
+    f = kl_figures(np.concatenate(kls))
+    return {"mean": f["mean"], "p99": f["p99"], "max": f["max"]}
 
 
 def body_cosines(src: Path, out: Path, sentences: list[str]):
@@ -273,7 +273,7 @@ def measure_mlm(label: str, options: dict, src: Path, words: list[str], fit: Pat
                 work: Path) -> dict:
     import numpy as np
 
-    from vocabsurgeon.init import kl_bound
+    from vocabsurgeon.kl import kl_bound
 
     options, out, result, seconds, before = _add_run(label, "mlm", options, src, words, fit, work)
     p, rank = masked_new_token(out, test, n_old)
