@@ -58,3 +58,14 @@ EXIT_VALIDATION = ValidationFailed.exit_code
 EXIT_PUSH = PushError.exit_code
 EXIT_WRITE = WriteError.exit_code
 EXIT_INTERRUPTED = Interrupted.exit_code
+
+# What each exit status means: the one table, which the README's exit-code table must equal.
+EXIT_CODES = {
+    EXIT_OK: "success",
+    EXIT_INTERNAL: "unexpected internal error (a bug: please report it with VOCABSURGEON_DEBUG=1 output)",
+    EXIT_BAD_INPUT: "bad input: checkpoint, tokens file, options or output directory",
+    EXIT_VALIDATION: "validation failed (the output is kept for inspection)",
+    EXIT_PUSH: "push to the Hugging Face Hub failed",
+    EXIT_WRITE: "writing the output failed (disk full, file too large, I/O or permission error); nothing was published",
+    EXIT_INTERRUPTED: "interrupted (SIGINT)",
+}
