@@ -1,13 +1,13 @@
 """Where the time of one `vocabsurgeon add` goes: wall-clock start and duration of each phase, per thread.
 
-    python bench/phases.py add --tokens bench/work/tokens-1000.txt --init mean -q --no-validate --link \
+    python -m tools.phases add --tokens bench/work/tokens-1000.txt --init mean -q --no-validate --link \
         bench/work/ckpt-full bench/work/out
 
 Runs the CLI in this process with the surgery's steps (and the writer's fsyncs) wrapped by a timer,
 then prints one line per call to stderr, sorted by start: name, thread, start (s since launch),
 duration (s). Unlike cProfile it costs nothing measurable and shows what overlaps the copy thread.
 
-    python bench/phases.py --free-copy add ...
+    python -m tools.phases --free-copy add ...
 
 is the lower bound of any reordering of the copy: the rewritten shards' old bytes are not copied
 (the file gets its header and is extended sparse, no data), and the old-row check compares the
