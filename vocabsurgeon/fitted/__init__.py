@@ -2,7 +2,7 @@
 
 One entry, `fit_rows`, picks the fit for the model's kind: `causal` (distilled input rows, convex new-logit
 output rows) or `encoder` (distilled input rows; `mlm` fits a masked-LM head's rows). Both keep the held-out
-old-text KL within its limit (`vocabsurgeon.kl`). The method: docs/fitted.md.
+old-text KL within its limit (`vocabsurgeon.kl`). The method: docs/init.md and docs/internals.md.
 """
 
 from __future__ import annotations
