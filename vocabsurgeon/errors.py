@@ -1,7 +1,7 @@
 """The exceptions vocabsurgeon raises; each message names the file/tensor/token and the next step.
 
 Each class carries its exit status (`exit_code`); the CLI turns them into one line on stderr. The table of
-exit codes is in the README.
+exit codes (EXIT_CODES) is in docs/hub-and-pipelines.md.
 """
 
 from __future__ import annotations
