@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from .common import Window, adam_passes, pad_batch
+from .common import Window, adam_passes, new_token_embeds, pad_batch
 from ..progress import Steps
 from .layer_tap import LayerTap
 from .prefix_cache import full_hidden
@@ -52,14 +52,7 @@ def distill_input_rows(m, windows: list[Window], teacher, start, steps: int | No
         """(hidden states, offset of each row's first position) of the windows `part` read with rows R."""
         skip = [first[i] if cache is not None else 0 for i in part]
         ids, mask = pad_batch([pieces[i][s:] for i, s in zip(part, skip)], 0, m.device)
-        emb = m.E[ids.clamp(max=m.n - 1)]
-        # Only the new tokens' positions read R, through a one-hot product over those positions: the
-        # backward of R[index] accumulates in a thread-dependent order (rows differed in the last bits
-        # from run to run), and a product over every position would let a non-finite gradient at any
-        # old position reach every row (0 * inf).
-        where = (ids >= m.n).nonzero(as_tuple=True)
-        pick = torch.nn.functional.one_hot(ids[where] - m.n, R.shape[0]).to(R.dtype)  # (new positions, k)
-        emb = emb.index_put(where, (pick @ R).to(emb.dtype))
+        emb = new_token_embeds(m.model.get_input_embeddings(), ids, R)  # through the embedding's own forward
         starts = [first[i] for i in part]
         if depth:  # the first `depth` layers only; on full windows the backward stops before the first new token
             with LayerTap(m.model.base_model, depth, stop=True, cut=starts if cache is None else None) as tap:
