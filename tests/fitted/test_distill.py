@@ -32,6 +32,15 @@ def gemma3_windows(sliding_window: int = 64):
     return m, windows
 
 
+def _raw_embeds(emb, ids, R):
+    """The rows as they are on disk at each position, the new ones from R."""
+    n = emb.weight.shape[0]
+    out = emb.weight.detach()[ids.clamp(max=n - 1)].clone()
+    where = ids >= n
+    out[where] = R[ids[where] - n].to(out.dtype)
+    return out
+
+
 @pytest.fixture(scope="module")
 def gemma3():
     return gemma3_windows()
@@ -68,3 +77,18 @@ def test_a_sliding_window_cache_is_not_read_as_the_prefixes_and_the_prefixes_are
     _, report = fitted.distill_input_rows(m, windows, teacher, m.E[[WORD]].double(), 2, 8, 0.1, 0,
                                           lambda *a: None, 1)
     assert ran and report["prefix_cache"] is True
+
+
+def test_a_model_that_reads_inputs_embeds_otherwise_than_ids_keeps_the_start_rows(gemma3, monkeypatch, caplog):
+    from vocabsurgeon.fitted import distill
+
+    m, windows = gemma3
+    teacher = fitted._teach(m, windows, 8, lambda *a: None)
+    # the rows as they are on disk, without the module's scale: what distillation fed Gemma before
+    monkeypatch.setattr(distill, "new_token_embeds", lambda emb, ids, R: _raw_embeds(emb, ids, R))
+    start = m.E[[WORD + 1]].double()
+    rows, report = fitted.distill_input_rows(m, windows, teacher, start, None, 8, 0.1, 0, lambda *a: None, 1)
+    assert torch.equal(rows, start) and report["steps"] == 0
+    assert report["skipped"] == "the model reads inputs_embeds otherwise than its ids"
+    assert "Gemma3ForCausalLM reads rows given as inputs_embeds otherwise than its ids" in caplog.text
+
