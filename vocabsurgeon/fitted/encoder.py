@@ -30,6 +30,7 @@ from .common import (
     adam_passes,
     find_runs,
     narrow_threads,
+    new_token_embeds,
     pad_batch,
     read_fit_corpus,
     subword_mean,
@@ -317,11 +318,7 @@ def distill_encoder_rows(enc: _Encoder, windows: list[Window | Retokenized], tea
 
     def batch_loss(part, R):
         ids, mask = pad_batch([new_ids[i] for i in part], enc.pad, enc.device)
-        emb = enc.E[ids.clamp(max=enc.n - 1)]
-        where = (ids >= enc.n).nonzero(as_tuple=True)  # as distill.distill_input_rows: a one-hot product, deterministic
-        pick = torch.nn.functional.one_hot(ids[where] - enc.n, R.shape[0]).to(R.dtype)
-        emb = emb.index_put(where, (pick @ R).to(emb.dtype))
-        h = enc.hidden(None, mask, embeds=emb).float()
+        h = enc.hidden(None, mask, embeds=new_token_embeds(enc.model.get_input_embeddings(), ids, R)).float()
         loss, count = 0.0, 0
         for b, i in enumerate(part):
             olds, news = kept[i]

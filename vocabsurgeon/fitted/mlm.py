@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .common import (ENCODER_WINDOW, FIT_KL_P99, FitOptions, FitResult, FitToken, Window, bisect, lbfgs, output_prior,
-                     pad_batch)
+from .common import (ENCODER_WINDOW, FIT_KL_P99, FitOptions, FitResult, FitToken, Window, bisect, lbfgs,
+                     new_token_embeds, output_prior, pad_batch)
 from ..kl import kl_added_mass, kl_bound, kl_figures, meets_limits
 from ..progress import Steps
 from ..runtime import encode, paragraphs, read_corpus, special_ends
@@ -130,12 +130,8 @@ def _head_pass(enc, io: _DecoderIO, seqs: list[list[int]], R):
     import torch
 
     ids, mask = pad_batch(seqs, enc.pad, enc.device)
-    emb = enc.E[ids.clamp(max=enc.n - 1)]
-    new = (ids >= enc.n).nonzero(as_tuple=True)
-    if new[0].numel():
-        emb = emb.index_put(new, R[ids[new] - enc.n])
     with torch.no_grad():
-        enc.model(inputs_embeds=emb, attention_mask=mask)
+        enc.model(inputs_embeds=new_token_embeds(enc.model.get_input_embeddings(), ids, R), attention_mask=mask)
     return io.last()
 
 

@@ -39,8 +39,17 @@ def window_prefixes(output, keep: dict[int, int], rows: list[int]) -> dict[int, 
     """{window: [(keys, values)] per layer of its first `keep[window]` positions} from the cache a
     forward over a right-padded batch returned (`output`); `rows[b]` is the window in row b. A
     causal model's real positions never read the padding, so a prefix's keys and values are the
-    ones a pass over that prefix alone gives."""
+    ones a pass over that prefix alone gives.
+
+    Raises:
+        ValueError: a layer's cache holds fewer positions than the pass ran (a sliding-window layer,
+            as Gemma's, keeps only its last window): its first positions are not there to keep.
+    """
     layers = _layers(returned_cache(output))
+    ran = output.last_hidden_state.shape[1]
+    if any(k.shape[2] != ran for k, _ in layers):
+        raise ValueError(f"the cache holds {min(k.shape[2] for k, _ in layers)} of the {ran} positions run "
+                         "(a sliding-window layer keeps only its window)")
     return {i: [(k[b, :, :keep[i]].clone(), v[b, :, :keep[i]].clone()) for k, v in layers]
             for b, i in enumerate(rows) if i in keep}
 
