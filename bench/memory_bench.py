@@ -1,10 +1,10 @@
 """Peak resident memory of `vocabsurgeon add --dry-run` against the number of words in the tokens file.
 
-    python bench/memory_bench.py [--sizes 10000,100000,1000000] [--write]
+    python -m bench.memory_bench [--sizes 10000,100000,1000000] [--write]
 
-Builds (once, in bench/work/) the checkpoint of plan_bench.py: the 128,256-id byte-level BPE of
-bench.py (Llama 3 sized) with 8-wide rows, so that the figure is the planning's, not the weights'.
-For each size, writes that many distinct made-up names (bench.make_words) as a tokens file and
+Builds (once, in bench/work/) the checkpoint of bench/plan_bench.py: the 128,256-id byte-level BPE of
+bench/common.py (Llama 3 sized) with 8-wide rows, so that the figure is the planning's, not the weights'.
+For each size, writes that many distinct made-up names (bench/common.py's make_words) as a tokens file and
 runs `vocabsurgeon add --dry-run --json -q` in a child process; the child's peak RSS is read from
 `os.wait4` (the kernel's ru_maxrss of that child alone). A list over `wordlist.MAX_WORDS` is
 refused before the tokenizer is read: its row says so, with the RSS of the refusal. `--write`
@@ -17,13 +17,11 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 WORK = HERE / "work"
-sys.path.insert(0, str(HERE))
 
 BEGIN = "<!-- memory_bench:begin -->"
 END = "<!-- memory_bench:end -->"
@@ -31,7 +29,7 @@ END = "<!-- memory_bench:end -->"
 
 def measure(src: Path, words: list[str], name: str, work: Path = WORK) -> dict:
     """Run the dry run on `words` in a child process; its exit status, wall seconds and peak RSS."""
-    from plan_bench import dry_run_command
+    from bench.plan_bench import dry_run_command
 
     cmd = dry_run_command(src, words, name, work)
     tokens = Path(cmd[cmd.index("--tokens") + 1])
@@ -49,9 +47,9 @@ def measure(src: Path, words: list[str], name: str, work: Path = WORK) -> dict:
 
 def table(rows: list[dict], load: str) -> str:
     lines = [BEGIN, "",
-             "`python bench/memory_bench.py --write`: `vocabsurgeon add --dry-run --json -q` in a child process on "
-             "a checkpoint with the 128,256-id byte-level BPE of bench.py (Llama 3 sized; 8-wide rows, so the "
-             "figure is the plan's), made-up names (bench.make_words); peak RSS is the child's ru_maxrss. "
+             "`python -m bench.memory_bench --write`: `vocabsurgeon add --dry-run --json -q` in a child process on "
+             "a checkpoint with the 128,256-id byte-level BPE of bench/common.py (Llama 3 sized; 8-wide rows, so the "
+             "figure is the plan's), made-up names (bench/common.py's make_words); peak RSS is the child's ru_maxrss. "
              f"Machine: 2 cores shared with other work, load while measuring: `{load}`.", "",
              "| words | tokens file | exit | peak RSS | wall s | note |", "|---|---|---|---|---|---|"]
     for r in rows:
@@ -65,8 +63,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sizes", default="10000,100000,1000000")
     ap.add_argument("--write", action="store_true", help="put the table into bench/RESULTS.md")
     args = ap.parse_args(argv)
-    from bench import make_words, write_block
-    from plan_bench import _checkpoint
+    from bench.common import make_words, write_block
+    from bench.plan_bench import _checkpoint
 
     WORK.mkdir(exist_ok=True)
     src = _checkpoint(WORK / "plan-ckpt")

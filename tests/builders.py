@@ -248,3 +248,18 @@ def family_checkpoint(path: Path, family: str, rows_multiple: int = 1) -> Path:
         cfg.update(SHIPPED_CLASS[family])
         (path / "tokenizer_config.json").write_text(json.dumps(cfg), encoding="utf-8")
     return path
+
+
+def tiny_gemma3(sliding_window: int = 64, seed: int = 0):
+    """(a tiny tied Gemma3ForCausalLM, its byte-level tokenizer): an embedding that multiplies by
+    sqrt(hidden) = 8 in its own forward, and a sliding-window layer before a full-attention one."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    tok = bytelevel_tokenizer(600)
+    torch.manual_seed(seed)
+    cfg = Gemma3TextConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=64,
+                           layer_types=["sliding_attention", "full_attention"], sliding_window=sliding_window,
+                           tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                           pad_token_id=tok.eos_token_id)
+    return Gemma3ForCausalLM(cfg).eval(), tok

@@ -51,13 +51,14 @@ def fit_setup(request):
     prefix): (model, windows of corpus_lotr.txt that use four names, the teacher pass over them, the
     names as FitTokens, their sub-word mean rows)."""
     from vocabsurgeon.fitted import causal as fitted
+    from vocabsurgeon.fitted import check_kind
     from vocabsurgeon.runtime import load_tokenizer, loaded_model
 
     src = FIXTURES / request.param
     tok = load_tokenizer(src)
     forms = (" Frodo", " Gandalf", " Samwise", " Mordor")
     tokens = [fitted.FitToken(f, tuple(tok(f, add_special_tokens=False).input_ids)) for f in forms]
-    with loaded_model(src, "cpu", fitted.check_kind(src), remedy="") as lm:
+    with loaded_model(src, "cpu", check_kind(src), remedy="") as lm:
         m = fitted._Model(lm, tok)
         text = (FIXTURES / "corpus_lotr.txt").read_text(encoding="utf-8")
         windows = fitted.word_windows(text, tok, m.prefix, tokens, 32, 8)

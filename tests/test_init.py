@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vocabsurgeon.errors import InputError
+from vocabsurgeon.kl import kl_bound
 from vocabsurgeon.init import (
-    F32_SUM_ROWS, STRATEGIES, InitContext, accumulate_stats, encode_rows, factor_covariance, get_strategy, kl_bound,
+    F32_SUM_ROWS, STRATEGIES, InitContext, accumulate_stats, encode_rows, factor_covariance, get_strategy,
     mean_noise,
 )
 

@@ -73,3 +73,22 @@ def test_no_module_imports_the_package_face():
 def test_the_graph_reader_sees_a_circle_when_there_is_one():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def _room(module: str) -> str:
+    """The room of a module: its folder under the package (`fitted`, `validation`, ...) or, for a top-level
+    module, its own name (`kl`, `runtime`, ...)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "vocabsurgeon"
+
+
+def test_the_rooms_import_each_other_without_a_circle():
+    # Folders are concepts: fitting and validation both sit above kl and runtime, add above both, the CLI on
+    # top. A folder that reached back into one above it would make the layout lie about the architecture.
+    rooms: dict[str, set[str]] = {}
+    for module, deps in import_graph().items():
+        rooms.setdefault(_room(module), set()).update(_room(d) for d in deps if _room(d) != _room(module))
+    cycle = _cycle(rooms)
+    assert cycle is None, "rooms import in a circle: " + " -> ".join(cycle)
+    assert "fitted" not in rooms["validation"] and "validation" not in rooms["fitted"]
+    assert rooms["kl"] == set()

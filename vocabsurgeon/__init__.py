@@ -9,7 +9,8 @@ from ._version import __version__
 from .errors import InputError, OutputExistsError, PushError, ValidationFailed, VocabSurgeonError, WriteError
 from .checkpoint.hub import PushResult, push, resolve_checkpoint
 from .add.modelcard import model_card, write_model_card
-from .init import STRATEGIES, kl_bound
+from .init import STRATEGIES
+from .kl import kl_bound
 from .add.plan import AddOptions, Plan, open_target, plan_add, plan_tokens
 from .add.surgery import AddJob, AddResult, add_tokens, apply
 from .explore.suggest import Suggestion, suggest_tokens

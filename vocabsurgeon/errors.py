@@ -1,14 +1,7 @@
 """The exceptions vocabsurgeon raises; each message names the file/tensor/token and the next step.
 
-The CLI turns them into one line on stderr and the exit status below (documented in README.md):
-
-    0  success
-    1  unexpected internal error (a bug: please report it with VOCABSURGEON_DEBUG=1 output)
-    2  bad input: checkpoint, tokens file, options or output directory
-    3  validation failed (the output is kept for inspection)
-    4  push to the Hugging Face Hub failed
-    5  writing the output failed (disk full, file too large, I/O or permission error); nothing was published
-  130  interrupted (SIGINT)
+Each class carries its exit status (`exit_code`); the CLI turns them into one line on stderr. The table of
+exit codes (EXIT_CODES) is in docs/hub-and-pipelines.md.
 """
 
 from __future__ import annotations
@@ -65,3 +58,14 @@ EXIT_VALIDATION = ValidationFailed.exit_code
 EXIT_PUSH = PushError.exit_code
 EXIT_WRITE = WriteError.exit_code
 EXIT_INTERRUPTED = Interrupted.exit_code
+
+# What each exit status means: the one table, which the README's exit-code table must equal.
+EXIT_CODES = {
+    EXIT_OK: "success",
+    EXIT_INTERNAL: "unexpected internal error (a bug: please report it with VOCABSURGEON_DEBUG=1 output)",
+    EXIT_BAD_INPUT: "bad input: checkpoint, tokens file, options or output directory",
+    EXIT_VALIDATION: "validation failed (the output is kept for inspection)",
+    EXIT_PUSH: "push to the Hugging Face Hub failed",
+    EXIT_WRITE: "writing the output failed (disk full, file too large, I/O or permission error); nothing was published",
+    EXIT_INTERRUPTED: "interrupted (SIGINT)",
+}

@@ -17,7 +17,6 @@ from typing import Callable, Iterable, Iterator
 import numpy as np
 
 from .checkpoint.reader import DTYPE_SIZES
-from .devices import resolve_device  # noqa: F401  (surgery and compare resolve --device through init)
 from .errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -46,7 +45,6 @@ def check_eps(eps: float) -> float:
     Raises:
         InputError: eps is NaN, infinite or negative.
     """
-    import math
 
     if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps >= 0):
         raise InputError(f"--eps {eps}: the noise scale of mean-noise must be a finite number >= 0 (default "
@@ -95,9 +93,8 @@ def accumulate_stats(
     `stream_rows` gives for BF16, F16 and F32, widened exactly) are summed in float32 over blocks
     of at most F32_SUM_ROWS rows (one block per `stream_rows` chunk when the chunk has at most
     that many rows: 256 rows of a 4096-wide bf16 matrix), and the block sums add up in float64.
-    That halves the time of the statistics of a 128256 x 4096 bf16 matrix, read included (0.25 s
-    instead of 0.50 s; reading and widening alone take 0.18-0.22 s): a float64 sum of float32 data
-    goes through a buffered cast, a float32 sum is vectorized.
+    A float64 sum of float32 data goes through a buffered cast, a float32 sum is vectorized: about
+    half the time of the statistics (bench/RESULTS.md).
 
     What stays exact: the row count `n`, which rows hold NaN or Inf (found by row number, see
     Raises), and float64 sums of F64 chunks. What is not: each float32 block sum is off by at most
@@ -242,19 +239,22 @@ def mean_noise(ctx: InitContext) -> np.ndarray:
     return ctx.stats.mean + z @ ctx.memo["factor"].T
 
 
-def subword_mean(ctx: InitContext) -> np.ndarray:
-    out = np.empty((ctx.k, ctx.hidden))
-    pieces = ctx.pieces[ctx.start:ctx.start + ctx.k] if ctx.pieces is not None else [[]] * ctx.k
+def pieces_mean(rows_of: Callable[[list[int]], np.ndarray], pieces: list, default: np.ndarray) -> np.ndarray:
+    """(len(pieces), hidden) float64: each token's mean of its pieces' rows (`rows_of(ids)`), or `default`
+    for a token without pieces (a padding row, a special token). The sub-word mean, wherever it is taken."""
+    out = np.empty((len(pieces), len(default)))
     for i, ids in enumerate(pieces):
-        if ids:
-            out[i] = ctx.rows_of(ids).astype(np.float64).mean(0)
-        else:  # a padding row or a token with no pieces: the safe default
-            out[i] = ctx.stats.mean
+        out[i] = rows_of(list(ids)).astype(np.float64).mean(0) if ids else default
     return out
 
 
+def subword_mean(ctx: InitContext) -> np.ndarray:
+    pieces = ctx.pieces[ctx.start:ctx.start + ctx.k] if ctx.pieces is not None else [[]] * ctx.k
+    return pieces_mean(ctx.rows_of, pieces, ctx.stats.mean)
+
+
 def fitted(ctx: InitContext) -> np.ndarray:
-    # The rows were fitted beforehand from the model's forward passes (see fitted.py); padding rows
+    # The rows were fitted beforehand from the model's forward passes (see fitted/causal.py); padding rows
     # are not asked for here (NewRows gives them the mean).
     return np.asarray(ctx.fitted[ctx.start:ctx.start + ctx.k], dtype=np.float64)
 
@@ -285,7 +285,7 @@ STRATEGIES: dict[str, Strategy] = {
                  brief="mean of the rows of the word's pieces under the old tokenizer"),
         Strategy("fitted", fitted, False,
                  "fitted from forward passes of the frozen model: output rows by a convex, KL-penalized fit "
-                 "shrunk to the mean-init KL bound, input rows by distillation (see fitted.py)", needs_model=True,
+                 "shrunk to the mean-init KL bound, input rows by distillation (see fitted/causal.py)", needs_model=True,
                  brief="fitted by the frozen model on contexts (--fit-corpus, else generated):\n"
                        "output rows convex and KL-penalized, input rows distilled"),
         Strategy("zeros", zeros, False,
@@ -446,8 +446,3 @@ class EncodedRows:
 
     def tobytes(self) -> bytes:
         return b"".join(self)
-
-
-def kl_bound(k: int, n: int) -> float:
-    """The bound log(1 + k/n) that mean init guarantees on KL(p_old || p_new) at every position."""
-    return math.log1p(k / n)

@@ -1,22 +1,11 @@
 """Progress of long runs: the one protocol through which the library reports work (it never prints).
 
-A `Progress` is three callbacks. `stage(text)` says what starts now, in words (validation's method
-and time estimate, each model it loads); `count(name, total, unit)` starts counting `total` units of
-the work `name` ("writing" in bytes, "validating" in tokens, each stage of the fitted init in its
-own units; called again for a running name it corrects the total) and returns an `Advance` for that
-count, which work running beside another (the copy thread of `add`) keeps; `advance(n)` reports n
-more units of the latest count. The CLI draws one bar per count and prints the stages above it
-(`cli.Bars`); a Python pipeline passes its own callbacks, or none.
+A `Progress` is three callbacks: `stage(text)`, `count(name, total, unit)` (returns an `Advance`) and
+`advance(n)`; the CLI draws the bars, a pipeline passes its own callbacks or none.
 
-Steps that count one thing take only the `advance` callable (`Advance`: `add_tokens`' bytes,
-`count_words`' bytes, `compare`'s rows). Code that reports absolute positions of named stages uses
-`Progress.steps()`.
-
-    >>> seen = []
-    >>> p = Progress(count=lambda name, total, unit="": seen.append((name, total)) or seen.append, advance=seen.append)
-    >>> step = p.steps()
-    >>> step("input rows", 2, 5); step("input rows", 5, 5); step("output rows", 1, 3)
-    >>> seen
+    >>> seen = []; add = seen.append
+    >>> step = Progress(count=lambda name, total, unit="": add((name, total)) or add, advance=add).steps()
+    >>> step("input rows", 2, 5); step("input rows", 5, 5); step("output rows", 1, 3); seen
     [('input rows', 5), 2, 3, ('output rows', 3), 1]
 """
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import hashlib
 import os
 import tempfile
 from collections.abc import Iterator
@@ -16,20 +17,36 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-import numpy as np
 
-from .devices import check_device, resolve_device  # noqa: F401  (check_device: cli and validate take it from here)
+from .devices import resolve_device
 from .errors import InputError
 from .tokenizer.encoding import unpadded
 
 logger = logging.getLogger(__name__)
 
 MAX_WINDOW = 512  # tokens per forward pass; also capped by the model's context length
-KL_ROWS = 64  # positions per float64 KL block
 
 
 class NonFiniteOutput(Exception):
     """The model computed NaN or Inf logits (e.g. from NaN rows): sampling cannot go on."""
+
+
+def read_text_file(path: str | os.PathLike, what: str = "corpus", flag: str = "--corpus") -> tuple[str, str]:
+    """A user's UTF-8 text file (`what`, given to `flag`): its text and the sha256 of its bytes.
+
+    Raises:
+        InputError: the file cannot be read or is not UTF-8.
+    """
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise InputError(f"{p}: cannot read the {what} ({e.strerror}); pass a UTF-8 text file to {flag}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{p}: invalid UTF-8 at byte {e.start}; save the {what} as UTF-8") from None
+    return text, hashlib.sha256(data).hexdigest()
 
 
 def read_corpus(path: str | os.PathLike | None = None) -> tuple[str, str]:
@@ -40,16 +57,16 @@ def read_corpus(path: str | os.PathLike | None = None) -> tuple[str, str]:
     """
     if path is None:
         return resources.files("vocabsurgeon").joinpath("data/corpus.txt").read_text(encoding="utf-8"), "default"
-    p = Path(path)
-    try:
-        text = p.read_bytes().decode("utf-8")
-    except OSError as e:
-        raise InputError(f"{p}: cannot read the corpus ({e.strerror}); pass a UTF-8 text file to --corpus") from None
-    except UnicodeDecodeError as e:
-        raise InputError(f"{p}: invalid UTF-8 at byte {e.start}; save the corpus as UTF-8") from None
+    text, _ = read_text_file(path)
     if not text.strip():
-        raise InputError(f"{p}: the corpus is empty; pass a file with some text to --corpus")
-    return text, str(p)
+        raise InputError(f"{path}: the corpus is empty; pass a file with some text to --corpus")
+    return text, str(path)
+
+
+def paragraphs(text: str) -> list[str]:
+    """The paragraphs of a corpus (blank-line separated, blank ones dropped): the unit every reader of
+    a corpus windows, and the packaged corpus's even/odd split (fitted on / held out) counts."""
+    return [p for p in text.split("\n\n") if p.strip()]
 
 
 def _quiet_transformers() -> None:
@@ -72,6 +89,11 @@ def load_tokenizer(path: str | os.PathLike):
         tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
     except Exception as e:  # transformers raises many types; the message is what matters
         raise InputError(f"{path}: transformers cannot load the tokenizer ({e}); check the tokenizer files") from None
+    return without_padding(tok)
+
+
+def without_padding(tok):
+    """A loaded transformers tokenizer with the padding and truncation of its tokenizer.json turned off."""
     backend = getattr(tok, "backend_tokenizer", None)
     if backend is not None:
         unpadded(backend)  # what a tokenizer.json ships (sentence-transformers: Fixed 128) is not ours to apply
@@ -363,24 +385,3 @@ def corpus_windows(ids: list[int], prefix: list[int], length: int, max_tokens: i
     step = max(1, length - len(prefix))
     ids = ids if max_tokens is None else ids[:max_tokens]
     return [prefix + ids[i:i + step] for i in range(0, len(ids), step)]
-
-
-def kl_per_position(old_logits, new_logits) -> np.ndarray:
-    """KL(p_old || p_new) at each position, float64 with logsumexp; p_new over the full new vocabulary.
-
-    old_logits: (T, n); new_logits: (T, n + k), whose first n columns are the old vocabulary.
-    Computed KL_ROWS positions at a time: the float64 temporaries of a whole window (512 x 128k
-    x 8 bytes each) would be most of the peak memory.
-    """
-    n = old_logits.shape[-1]
-    out = []
-    for i in range(0, old_logits.shape[0], KL_ROWS):
-        lo = old_logits[i:i + KL_ROWS].double()
-        ln = new_logits[i:i + KL_ROWS].double()
-        lp_old = lo - lo.logsumexp(-1, keepdim=True)  # (rows, n)
-        lp_new = ln[:, :n] - ln.logsumexp(-1, keepdim=True)  # (rows, n)
-        out.append((lp_old.exp() * (lp_old - lp_new)).sum(-1).numpy())
-    kl = np.concatenate(out) if out else np.zeros(0)
-    return np.maximum(kl, 0.0)  # rounding can give -1e-17 for identical distributions
-
-

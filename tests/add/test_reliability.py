@@ -313,12 +313,12 @@ def test_ctrl_c_during_validation_says_the_output_is_written_and_validate_fills_
     import vocabsurgeon.validation.validate as validate
 
     out = tmp_path / "out"
-    real = validate.validate_added
+    real = validate.validate_checkpoint
 
     def interrupted(*a, **k):  # Ctrl-C while the models run: the output is already in place
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(validate, "validate_added", interrupted)
+    monkeypatch.setattr(validate, "validate_checkpoint", interrupted)
     r = CliRunner().invoke(cli, ["add", "--max-tokens", "64", "-t", "Frodo", str(gpt2_ckpt), str(out)])
     assert r.exit_code == 130
     assert r.stderr.splitlines()[-1] == (
@@ -332,7 +332,7 @@ def test_ctrl_c_during_validation_says_the_output_is_written_and_validate_fills_
     pending = json.loads((out / "vocabsurgeon_report.json").read_text())
     assert pending["interrupted"] is True and pending["passed"] is None
 
-    monkeypatch.setattr(validate, "validate_added", real)
+    monkeypatch.setattr(validate, "validate_checkpoint", real)
     r = CliRunner().invoke(cli, ["validate", "--max-tokens", "64", str(gpt2_ckpt), str(out)])
     assert r.exit_code == 0, r.output
     assert f"Wrote the report and the model card's validation section into {out}" in r.stderr

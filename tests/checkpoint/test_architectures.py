@@ -369,6 +369,27 @@ def test_new_words_are_one_token_with_the_family_tokenizer(family, built, tmp_pa
         assert new_tok(form, add_special_tokens=False).input_ids == [i], (form, type(new_tok).__name__)
 
 
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_rows_fed_as_inputs_embeds_read_as_the_model_reads_ids(family):
+    # --init fitted feeds rows as inputs_embeds (new_token_embeds), which skips the embedding module's
+    # forward: Gemma's scales by sqrt(hidden) there. A new token given an old token's row must read as it.
+    from vocabsurgeon.fitted.common import new_token_embeds
+
+    torch.manual_seed(0)
+    model = FAMILIES[family].build().eval()
+    body = model.get_encoder() if model.config.model_type == "t5" else model.base_model
+    emb = model.get_input_embeddings()
+    n = emb.weight.shape[0]
+    ids = torch.randint(3, V, (2, 12))
+    new = ids.clone()
+    new[0, 4], new[1, 7] = n + 1, n  # new tokens 1 and 0, given the rows of the old ids there
+    R = emb.weight.detach()[[int(ids[1, 7]), int(ids[0, 4])]]
+    with torch.no_grad():
+        want = body(input_ids=ids).last_hidden_state
+        got = body(inputs_embeds=new_token_embeds(emb, new, R)).last_hidden_state
+    assert torch.allclose(got, want, atol=1e-5, rtol=0), float((got - want).abs().max())
+
+
 def test_every_row_of_the_table_is_tested():
     assert {FAMILIES[f].architecture for f in FAMILIES} == {a.name for a in ARCHITECTURES}
 

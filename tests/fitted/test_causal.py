@@ -30,9 +30,9 @@ from vocabsurgeon.fitted.causal import (
     _kl_new,
     find_runs,
     fit_output_rows,
-    fit_rows,
     shrink_to_limit,
 )
+from vocabsurgeon.fitted import fit_rows
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 WORDS = read_tokens_file(FIXTURES / "lotr.txt")

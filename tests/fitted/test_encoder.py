@@ -423,14 +423,11 @@ def test_a_fitted_masked_lm_head_puts_more_probability_on_the_new_token_where_it
 
     In-sample on purpose: this fixture (64 wide, 300 steps on 3,400 tokens) has not learnt which name
     a context calls for (its p_old of a word's first piece, the word masked, is under 1%), so no init
-    can predict the words on unseen sentences with it; the held-out figures are bench/encoder_bench.py
-    --mlm's, on all-MiniLM-L6-v2's body."""
-    import sys
-
+    can predict the words on unseen sentences with it; the held-out figures are
+    `python -m bench.encoder_bench --mlm`'s, on all-MiniLM-L6-v2's body."""
     from transformers import AutoTokenizer
 
-    sys.path.insert(0, str(FIXTURES.parent / "bench"))
-    from encoder_bench import masked_new_token  # what the bench measures on the real body
+    from bench.encoder_bench import masked_new_token  # what the bench measures on the real body
 
     fit, held = split
     words = {w.lower() for w in WORDS}

@@ -21,6 +21,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from vocabsurgeon.fitted import distill
 
 from vocabsurgeon.fitted import causal as fitted
+from vocabsurgeon.fitted import check_kind
 from vocabsurgeon.fitted.causal import FitToken, word_windows
 from vocabsurgeon.fitted.prefix_cache import PrefixCache, full_hidden
 from vocabsurgeon.runtime import load_tokenizer, loaded_model
@@ -43,7 +44,7 @@ def setup(tmp_path_factory):
     tokens = [FitToken(f, tuple(tok(f, add_special_tokens=False).input_ids)) for f in FORMS]
     sentences = [s for t in training_text() for s in t.split(". ") if len(s) > 40][:24]
     text = "\n\n".join(f"{s}{FORMS[i % len(FORMS)]} and more of it." for i, s in enumerate(sentences))
-    with loaded_model(src, "cpu", fitted.check_kind(src), remedy="") as lm:
+    with loaded_model(src, "cpu", check_kind(src), remedy="") as lm:
         m = fitted._Model(lm, tok)
         assert m.prefix == [tok.bos_token_id] and float(m.E[m.prefix[0]].abs().max()) == 0.0
         windows = word_windows(text, tok, m.prefix, tokens, 32, 8)

@@ -14,6 +14,7 @@ from vocabsurgeon.fitted import distill
 from vocabsurgeon.fitted import common as fit_common
 
 from vocabsurgeon.fitted import causal as fitted
+from vocabsurgeon.fitted import fit_rows
 from vocabsurgeon.errors import InputError
 from vocabsurgeon.fitted.causal import FitToken
 from vocabsurgeon.add.modelcard import model_card_text
@@ -84,11 +85,11 @@ def test_fit_rows_reports_the_depth_it_distilled_at(tmp_path):
     tok = load_tokenizer(src)
     tokens = [FitToken(f, tuple(tok(f, add_special_tokens=False).input_ids)) for f in FORMS]
     opts = fitted.FitOptions(corpus=str(FIXTURES / "corpus_lotr.txt"), input_steps=4)
-    r = fitted.fit_rows(src, tokens, {"input"}, opts)
+    r = fit_rows(src, tokens, {"input"}, opts)
     assert r.report["input"]["depth"] == {"share": fitted.DISTILL_DEPTH, "layers": 1, "of": 2}
     card = model_card_text({"added": [], "input": "ckpt", "tool": "vocabsurgeon", "fitted": r.report})
     assert "hidden states matched after 1 of 2 layers" in card
     assert r.input_rows.shape == (len(tokens), 64) and r.report["input"]["skipped_steps"] == 0
-    full = fitted.fit_rows(src, tokens, {"input"}, fitted.FitOptions(corpus=opts.corpus, input_steps=4, depth=1.0))
+    full = fit_rows(src, tokens, {"input"}, fitted.FitOptions(corpus=opts.corpus, input_steps=4, depth=1.0))
     assert full.report["input"]["depth"] == {"share": 1.0, "layers": 2, "of": 2}
     assert not (full.input_rows == r.input_rows).all()

@@ -43,7 +43,7 @@ def test_kl_at_the_limit_passes_and_above_fails():
 
 
 def test_nan_kl_fails_instead_of_passing():
-    c = KLCheck.measure(np.array([0.001, NAN, 0.002]), bound=0.01, limit_mean=0.05, limit_p99=0.5)
+    c = KLCheck.from_kl(np.array([0.001, NAN, 0.002]), bound=0.01, limit_mean=0.05, limit_p99=0.5)
     assert math.isnan(c.mean) and math.isnan(c.p99) and math.isnan(c.max) and c.within_bound is False
     assert c.failures() == ["mean KL nan nats is over the limit 0.05 (--max-kl-mean)",
                             "p99 KL nan nats is over the limit 0.5 (--max-kl-p99)"]
@@ -51,7 +51,7 @@ def test_nan_kl_fails_instead_of_passing():
 
 def test_kl_measure_matches_numpy():
     x = np.random.default_rng(0).exponential(0.001, size=1000)
-    c = KLCheck.measure(x, bound=0.01, limit_mean=0.05, limit_p99=0.5)
+    c = KLCheck.from_kl(x, bound=0.01, limit_mean=0.05, limit_p99=0.5)
     assert c.mean == pytest.approx(x.mean()) and c.p99 == pytest.approx(np.quantile(x, 0.99))
     assert c.max == x.max() and c.positions == 1000 and c.within_bound is bool(x.max() <= 0.01 * (1 + 1e-6) + 1e-12)
 

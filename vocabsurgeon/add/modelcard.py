@@ -1,17 +1,8 @@
 """The model card (README.md) of a vocabsurgeon output: what was done, to which model, and how it validated.
 
-The base card's YAML metadata (license, tags, language, ...) is kept and `base_model` is set when
-the base is a Hub repo (the Hub rejects a `base_model` that is not a repo id, so a local path is
-named in the text only). The body is written anew: base model and revision, the tokens (listed
-when few, else counted with the full list in `added_tokens.txt`), the init of every matrix, seed,
-eps, tool version, and the validation figures when validation ran.
-
-The card written by `add` is rendered without `huggingface_hub.ModelCard`: importing
-`huggingface_hub.repocard` imports `hf_api`, 0.25-0.35 s (`python -X importtime`) on top of
-`repocard_data` and `yaml` (0.03-0.06 s), which are all the rendering needs. In `add` of the
-gpt2-tiny fixture, `write_model_card` took 0.24 s with `ModelCard`, 0.035 s without: most of the
-run. `model_card_text` gives the text that `ModelCard(...).save()` wrote, byte for byte
-(tests/add/test_modelcard.py compares them); `model_card` still returns a `ModelCard`.
+The base card's YAML metadata is kept and `base_model` is set when the base is a Hub repo. The card is
+rendered without `huggingface_hub.ModelCard` (its import costs most of a small `add`); `model_card_text`
+gives the text `ModelCard(...).save()` writes, byte for byte. Details: docs/internals.md.
 """
 
 from __future__ import annotations
@@ -28,7 +19,7 @@ logger = logging.getLogger(__name__)
 
 MAX_LISTED = 40  # words listed in the card; more go to TOKENS_LIST_NAME
 TAG = "vocabsurgeon"
-# huggingface_hub.repocard.REGEX_YAML_BLOCK (copied: importing that module costs 0.3 s), the
+# huggingface_hub.repocard.REGEX_YAML_BLOCK (copied: importing that module is slow), the
 # metadata block at the top of a card; tests/add/test_modelcard.py checks that they stay the same.
 REGEX_YAML_BLOCK = re.compile(r"^(\s*---(?:\r\n|\r|\n))([\S\s]*?)((?:\r\n|\r|\n)---[ \t]*(\r\n|\n|$))")
 
@@ -365,9 +356,9 @@ def write_model_card(out: str | os.PathLike, summary: dict, report: Report | dic
     lists them all. The KL histogram `plot` is embedded when it lies inside `out`.
 
     Example:
-        >>> from vocabsurgeon import add_tokens, validate_added, write_model_card  # doctest: +SKIP
+        >>> from vocabsurgeon import add_tokens, validate_checkpoint, write_model_card  # doctest: +SKIP
         >>> r = add_tokens("ckpt/", "out/", ["Frodo"])  # doctest: +SKIP
-        >>> write_model_card("out/", r.to_dict(), report=validate_added(r))  # doctest: +SKIP
+        >>> write_model_card("out/", r.to_dict(), report=validate_checkpoint("ckpt/", "out/"))  # doctest: +SKIP
     """
     out = Path(out)
     card_path = out / CARD_NAME
@@ -384,7 +375,7 @@ def write_model_card(out: str | os.PathLike, summary: dict, report: Report | dic
             plot_rel = Path(plot).resolve().relative_to(out.resolve()).as_posix()
         except ValueError:
             logger.info("the plot %s is outside %s; it is not embedded in the model card", plot, out)
-    # Not model_card(...).save(): importing ModelCard costs 0.3 s (see the module docstring).
+    # Not model_card(...).save(): importing ModelCard costs more than the rest (see the module docstring).
     text = model_card_text(summary, report, base_card=base_card, plot=plot_rel, tokens_file=tokens_file)
     out.mkdir(parents=True, exist_ok=True)
     with open(card_path, "w", newline="", encoding="utf-8") as f:  # as ModelCard.save: line endings kept

@@ -106,24 +106,37 @@ class Finished:
         return d
 
 
+def record(out: str | os.PathLike, summary: dict, report: Report | None, plot=None) -> None:
+    """The one writer of an output's `vocabsurgeon_report.json` and model card once `add` wrote it: the
+    report (when there is one) and the card with its figures."""
+    from .modelcard import write_model_card
+
+    if report is not None:
+        report.write(Path(out) / REPORT_NAME)
+    write_model_card(out, summary, report, plot=plot)
+
+
 def validate_output(result, options: ValidationOptions, progress=None) -> Report:
     """Validate what `add` wrote, store the report in it and rewrite its model card with the figures.
 
-    The card is rewritten on failure too (it records the failure: the output is kept for inspection).
+    The report and card are written on failure too (they record it: the output is kept for inspection).
 
     Raises:
         ValidationFailed: a check failed; `.report` holds the figures.
     """
-    from .modelcard import write_model_card
-    from ..validation.validate import validate_added
+    from ..validation.validate import validate_checkpoint
 
-    try:
-        report = validate_added(result, options.corpus, progress=progress, **options.kwargs())
-    except ValidationFailed as e:
-        if e.report:
-            write_model_card(result.out, result.to_dict(), e.report, plot=options.plot)
-        raise
-    write_model_card(result.out, result.to_dict(), report, plot=options.plot)
+    out = Path(result.out)
+    ids = [t.id for t in result.plan.tokens.new]
+    report = validate_checkpoint(result.plan.src, out, options.corpus, new_token_ids=ids, progress=progress,
+                                 base_checkpoint=result.plan.ckpt, base_tokenizer=result.plan.editor.as_loaded(),
+                                 **options.kwargs())
+    report.init = result.plan.to_dict()["init"]
+    record(out, result.to_dict(), report, plot=options.plot)
+    if not report.passed:
+        raise ValidationFailed(
+            f"{out}: validation failed: {'; '.join(report.failures)}. The output is kept for inspection; "
+            f"see {out / REPORT_NAME}. Try --init mean, or pass --no-validate to skip the checks", report)
     return report
 
 
@@ -205,13 +218,8 @@ def finish_add(result, validation: ValidationOptions | None = DEFAULT_VALIDATION
 def record_interrupted_validation(result) -> None:
     """The card and report of an output whose validation was interrupted: they say so, and the report
     keeps the add summary so that a later `vocabsurgeon validate` can fill both in (`record_validation`)."""
-    from .modelcard import write_model_card
-
     summary = result.to_dict()
-    pending = Report.pending(summary)
-    out = Path(result.out)
-    pending.write(out / REPORT_NAME)
-    write_model_card(out, summary, pending, plot=None)
+    record(result.out, summary, Report.pending(summary))
 
 
 def record_validation(new: str | os.PathLike, report: Report, plot: str | os.PathLike | None = None) -> bool:
@@ -219,8 +227,6 @@ def record_validation(new: str | os.PathLike, report: Report, plot: str | os.Pat
     summary (its validation was interrupted), store the new report there and rewrite its card with the
     figures. Returns whether it did; any other NEW (a Hub repo, a validated output) is left as it is.
     """
-    from .modelcard import write_model_card
-
     path = Path(new) / REPORT_NAME
     try:
         pending = json.loads(path.read_text(encoding="utf-8"))
@@ -229,8 +235,7 @@ def record_validation(new: str | os.PathLike, report: Report, plot: str | os.Pat
     if not isinstance(pending, dict) or not isinstance(pending.get("add"), dict):
         return False
     summary = pending["add"]
-    report.with_add(summary).write(path)
-    write_model_card(new, summary, report, plot=plot)
+    record(new, summary, report.with_add(summary), plot=plot)
     return True
 
 

@@ -19,7 +19,8 @@ from ..errors import InputError
 from ..checkpoint.hub import Source, resolve_checkpoint
 from .modelcard import kl_bound_line
 from .wordlist import check_word_count
-from ..init import (DEFAULT_EPS, check_eps, check_seed, get_strategy, kl_bound)
+from ..init import (DEFAULT_EPS, check_eps, check_seed, get_strategy)
+from ..kl import kl_bound
 from ..checkpoint.filenames import STALE_SLOW_FILES, TOKENIZER_FILE
 from ..tokenizer.editor import TokenizerEditor, TokenizerPlan
 
@@ -54,7 +55,7 @@ class AddOptions:
     reuse_reserved: bool = False
     strict: bool = False  # any skipped token is an error (exit 2), raised while planning: before writing
     untie: bool = False  # tied models: write a separate output matrix (tie_word_embeddings false)
-    # --init fitted (see fitted.py): contexts from this corpus (None: the model generates them), bounds
+    # --init fitted (see fitted/causal.py): contexts from this corpus (None: the model generates them), bounds
     fit_corpus: str | None = None
     fit_contexts: int = 8  # windows per new token, at most
     fit_context_tokens: int = 32  # tokens per window (fitted.FitOptions.context_tokens)
@@ -62,7 +63,7 @@ class AddOptions:
     fit_depth: float | None = None  # share of the layers distillation matches after (None: fitted.DISTILL_DEPTH)
     fit_output_steps: int = 100  # L-BFGS iterations of the output fit
     fit_l2: float | None = None  # L2 prior weight of the output fit (None: the default for the start row)
-    fit_prior: str | None = None  # output rows' prior (fit_common.OUTPUT_STARTS); None: the sub-word mean
+    fit_prior: str | None = None  # output rows' prior (fitted.common.OUTPUT_STARTS); None: the sub-word mean
     fit_kl_limit: float | None = None  # held-out old-text KL mean the output rows are shrunk to; None: log(1 + k/n)
 
     def check(self) -> AddOptions:

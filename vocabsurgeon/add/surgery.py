@@ -1,4 +1,4 @@
-"""The surgery: apply a plan (planning.py): copy, compute the new rows, write, verify. Orchestration, no math.
+"""The surgery: apply a plan (plan.py): copy, compute the new rows, write, verify. Orchestration, no math.
 
 Data flows one way: checkpoint (read) -> architectures (which tensors) -> tokenizer (which ids)
 -> init (which values) -> writer (bytes) -> verification.
@@ -28,7 +28,8 @@ from ..checkpoint.architectures import text_config
 from ..checkpoint.reader import FLOAT_DTYPES, Checkpoint, read_header, rows_kept
 from ..errors import InputError, VocabSurgeonError, WriteError
 from .modelcard import write_model_card
-from ..init import (InitContext, NewRows, accumulate_stats, get_strategy, resolve_device)
+from ..devices import resolve_device
+from ..init import InitContext, NewRows, accumulate_stats, get_strategy
 from ..checkpoint.filenames import CONFIG_NAME, INDEX_NAME, TOKENIZER_CONFIG, TOKENIZER_FILE
 from ..tokenizer.editor import verify_tokenizer
 from ..checkpoint.writer import (
@@ -71,7 +72,7 @@ def _new_rows(plan: Plan, name: str, device, gen_seed: int, notes: dict, fitted:
     if len(info.shape) == 1 and fitted is None:  # a bias: the mean bias keeps the KL bound
         stats = accumulate_stats(ckpt.stream_rows(name), cov=False, name=name)
         return NewRows.constant(stats.mean, k)
-    # A bias with fitted entries: a masked-LM head's, lowered to keep the KL bound (fitted_mlm.bias_shrink)
+    # A bias with fitted entries: a masked-LM head's, lowered to keep the KL bound (fitted.mlm.bias_shrink)
     strategy = get_strategy("fitted" if len(info.shape) == 1 else plan.strategy_for(name))
     stats = accumulate_stats(
         ckpt.stream_rows(name), cov=strategy.needs_cov, device=device, name=name, strict=strategy.averages,
@@ -374,11 +375,10 @@ def _fit(plan: Plan, progress: Steps | None):
     opts, lay = plan.options, plan.layout
     if not plan.tokens.new or not any(get_strategy(s).needs_model for s in {opts.init_input, opts.init_output}):
         return None
-    from ..fitted.causal import FitOptions, FitToken, fit_rows
+    from ..fitted import FitOptions, FitToken, fit_rows
 
-    # The output prior is the sub-word mean, tied or not: on SmolLM2-135M (bench/fitted_bench.py) the
-    # untied output fit gave x1.011 pulled toward it and x1.030 toward the mean row (the shrink keeps
-    # the KL bound either way).
+    # The output prior is the sub-word mean, tied or not: better bits per byte than the mean row (bench/RESULTS.md),
+    # and the shrink keeps the KL bound either way.
     start = "subword-mean"
     if lay.tied:
         roles = {"output"}

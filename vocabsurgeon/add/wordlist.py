@@ -22,11 +22,10 @@ logger = logging.getLogger(__name__)
 MAX_TOKEN_CHARS = 256
 MAX_LISTED = 10  # problems spelled out in the one-line error; the rest are counted
 # The most words one run plans. The plan keeps a record per word (its forms, their pieces and ids,
-# the contexts it is checked in): bench/memory_bench.py measured about PLAN_BYTES_PER_WORD of peak
-# memory per word on a Llama-3-sized tokenizer (368 MB at 10,000 words, 1.3 GB at 100,000), so
-# this bound keeps a dry run near 2.4 GB; it is also more new words than Llama 3 has tokens
-# (128,256). A list past it is refused before the tokenizer is read, instead of growing until the
-# kernel kills the process (issue 21: a 100 MB file reached 23.6 GB).
+# the contexts it is checked in), about PLAN_BYTES_PER_WORD of peak memory per word on a Llama-3-sized
+# tokenizer (bench/memory_bench.py, bench/RESULTS.md); this bound keeps a dry run within a few GB and is
+# more new words than Llama 3 has tokens. A list past it is refused before the tokenizer is read,
+# instead of growing until the kernel kills the process.
 MAX_WORDS = 200_000
 PLAN_BYTES_PER_WORD = 11 * 1024
 _HEAD_BYTES = 4096  # enough to see a BOM, a NUL pattern or an opening bracket

@@ -1,12 +1,8 @@
 """The architecture table: where each model family keeps its vocabulary-sized tensors.
 
-All model knowledge lives in `ARCHITECTURES`; no other module branches on `model_type`. A name
-in the table matches a tensor called exactly that, or one that ends with "." + that name, so a
-family's names also match inside wrappers (a multimodal `language_model.`, a bare base model, a
-sentence-transformers directory). Names that are absent on disk are skipped: transformers 5
-stores a tied matrix once, older exports also store its aliases (T5's `encoder.embed_tokens`).
-Unknown families, and known ones whose names do not match, fall back to detection from tensor
-shapes and the config.
+All model knowledge lives in `ARCHITECTURES`; no other module branches on `model_type`. A name matches a
+tensor called exactly that or ending in "." + that name (wrappers, bare base models); names absent on disk
+are skipped; unknown families fall back to detection from tensor shapes and the config.
 """
 
 from __future__ import annotations

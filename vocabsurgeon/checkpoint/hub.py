@@ -1,15 +1,8 @@
 """Hugging Face Hub I/O: pull a checkpoint by repo id (safetensors only) and push an output as one commit.
 
-Pull downloads only what surgery reads (config, the safetensors weights the index names, tokenizer
-and generation files, chat template, README.md) into huggingface_hub's cache; pickle weights are
-never requested. Push uploads an explicit list of checkpoint files in ONE commit: a Hub commit is
-atomic (files are uploaded first, then a single commit call), so an interrupted push leaves the
-target branch as it was, and a rerun uploads only what the Hub does not have yet.
-
-The endpoint is huggingface_hub's own (`huggingface_hub.constants.ENDPOINT`, from HF_ENDPOINT),
-read at call time; the token is `token` when given, else huggingface_hub's usual order (HF_TOKEN,
-then the stored login). Every Hub failure becomes `PushError` (push) or `InputError` (pull) with a
-one-line message that says what to do next.
+Pull downloads only what surgery reads into huggingface_hub's cache; pickle weights are never requested.
+Push uploads an explicit file list in one atomic commit. Every Hub failure becomes `PushError` (push) or
+`InputError` (pull) with a one-line next step. Details: docs/internals.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Reading a Hugging Face checkpoint directory: config, strict safetensors headers, row-chunk reads.
 
-Nothing here loads a model. Headers are parsed by hand (8-byte length + JSON) rather than through
-`safetensors.safe_open` because we need (a) the exact byte offsets of every tensor, so untouched
-tensors can be copied as bytes without decoding, and (b) strict checks the library does not make:
-it accepts a duplicate tensor name (the last entry silently wins).
-
-Values are read a chunk of rows at a time: streamed through two small reused buffers
-(`stream_rows`, the hot path of `add`: NumPy imports in 0.1 s where torch takes over 1 s, and bf16
-widens to float32 by a 16-bit shift), as fresh NumPy arrays (`rows_np`, `iter_np_chunks`) or as
-torch tensors through `safe_open` (`read_rows`, for callers that want torch).
+Nothing here loads a model. Headers are parsed by hand (8-byte length + JSON), not by `safe_open`, for the
+exact byte offset of every tensor (untouched tensors are copied as bytes) and for checks the library does
+not make (a duplicate tensor name). Rows are read a chunk at a time (`stream_rows` is the hot path of `add`).
 """
 
 from __future__ import annotations
@@ -366,8 +360,8 @@ def same_bytes(a: Path, a_start: int, b: Path, b_start: int, nbytes: int) -> boo
     """Whether two byte ranges are equal: memcmp of 1 MiB preads (faster than hashing both).
 
     os.pread of 1 MiB reuses the same malloc'd memory and stays in the CPU cache; bigger reads (or
-    buffered file objects) fault in fresh pages for every read and run 5-6x slower. A long range
-    is split among threads (pread releases the GIL): 1.9x faster on two cores.
+    buffered file objects) fault in fresh pages for every read and run several times slower. A long
+    range is split among threads (pread releases the GIL).
     """
     fa, fb = os.open(a, os.O_RDONLY), os.open(b, os.O_RDONLY)
     try:

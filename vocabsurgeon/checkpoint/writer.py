@@ -1,19 +1,10 @@
 """Writing the new checkpoint: staging directory, byte-copied shards with grown tensors, index, rename.
 
-Shards are written by hand instead of with `safetensors.torch.save_file` because that would need
-every tensor of the shard decoded in memory. Here a rewritten shard is a new header followed by
-byte ranges copied from the input with copy_file_range (in-kernel, no decode), and a grown tensor
-is its old bytes (the old rows are a contiguous prefix in row-major order, so they stay
-bit-identical by construction) followed by the new rows' bytes. The vocabulary tensors are laid
-out after the shard's other tensors and the header has room for any row count, so every old byte
-has its final place before the new tokens are even planned (`reserve_layout`). Untouched shards
-are reflinked, copied in the kernel, or hard-linked with --link. Every file is flushed to disk
-(`Syncer`) before the staging directory is renamed into place.
-
-Permissions follow one rule: every file of the output is created with the process's umask (0644
-under the usual 022), as `save_pretrained` and `cp` without `-p` do, whatever the input's modes
-(a 0600 shard of a private download and the rewritten shard next to it used to differ). The one
-exception is `--link`: a hard link is the input's file, mode included.
+Shards are written by hand, not with `save_file`, which would decode every tensor of a shard in memory: a
+rewritten shard is a new header and byte ranges copied in the kernel; a grown tensor is its old bytes (the
+old rows, a contiguous prefix) followed by the new rows. Every file is flushed before the staging directory
+is renamed into place; every output file gets the umask's mode (`--link` keeps the input's). Details:
+docs/internals.md.
 """
 
 from __future__ import annotations
@@ -233,8 +224,8 @@ def copy_old_bytes(src: Path, layout: ShardLayout, dst: Path, progress: Advance 
     try:
         if os.fstat(fd).st_size == 0:
             _pwrite_all(fd, layout.head, 0)  # a placeholder when the shapes are not known yet
-        # In the order of the new file: appending runs 2-4x faster than filling holes left
-        # behind (measured on ext4: the page cache then holds the file in large folios).
+        # In the order of the new file: appending runs faster than filling holes left behind
+        # (on ext4 the page cache then holds the file in large folios).
         tensors = sorted((t for t in layout.header.tensors if names is None or t.name in names),
                          key=lambda t: layout.starts[t.name])
         with open(src, "rb") as fi:
@@ -283,8 +274,7 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
 
 class Syncer:
     """Flushes finished files to disk in a background thread, one after another, so that flushing
-    one overlaps writing the next (on the benchmark checkpoint, 2 x 1.5 GB: 1.3 s instead of 1.9 s
-    copied then flushed in turn). `wait` returns once every submitted file is on disk and raises the
+    one overlaps writing the next. `wait` returns once every submitted file is on disk and raises the
     first error (fsync reports late write errors such as ENOSPC). A daemon thread: an interrupt
     never waits for a flush."""
 

@@ -23,7 +23,7 @@ from ..explore.suggest import DEFAULT_MIN_COUNT, DEFAULT_TOP
 from .options import (
     CREATE_PR_OPTION, HF_TOKEN_HELP, PRIVATE_OPTION, STRATEGY_CHOICE, check_plot_dir, check_plot_here, common_options,
     emit, fit_options, hub_options, is_quiet, progress_bars, quiet_hub, restoring_library_settings, setup_logging,
-    tensor_key_options, two_checkpoint_hub_options, validation_options, validation_options_of,
+    take_fields, tensor_key_options, two_checkpoint_hub_options, validation_options, validation_options_of,
 )
 
 
@@ -93,7 +93,7 @@ def _strategies_in_help(fn):
     return fn
 
 
-@cli.command()
+@cli.command("add")
 @_strategies_in_help
 @click.argument("src", type=click.Path(file_okay=False, path_type=str))
 @click.argument("out", type=click.Path(path_type=str))
@@ -143,10 +143,8 @@ def _strategies_in_help(fn):
 @validation_options
 @common_options
 @click.pass_context
-def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, seed, special, strict, pad_to_multiple_of,
-        link, no_fsync, force, device, embedding_key, lm_head_key, dry_run, as_json, reuse_reserved, no_validate,
-        revision, hf_token, push_to, push_revision, private, create_pr, message, untie, fit_corpus, fit_contexts,
-        fit_steps, fit_depth, fit_context_tokens, fit_output_steps, fit_l2, fit_kl_limit, **validation):
+def add_command(ctx, src, out, tokens_file, inline, dry_run, as_json, no_validate, revision, hf_token, push_to, push_revision,
+                private, create_pr, message, **flags):
     """Add tokens to the checkpoint SRC and write the new checkpoint to OUT.
 
     SRC is a checkpoint directory or a Hub repo id (org/name, at --revision); a local directory
@@ -182,15 +180,11 @@ def add(ctx, src, out, tokens_file, inline, init, init_input, init_output, eps, 
     # Every option is checked before any work, also with --dry-run and --no-validate.
     push_options = PushOptions.from_flags(push_to, revision=push_revision, private=private, create_pr=create_pr,
                                           token=hf_token, message=message)
-    options = AddOptions(
-        init=init, init_input=init_input, init_output=init_output, eps=eps, seed=seed, special=special,
-        link=link, fsync=not no_fsync, force=force, device=device, embedding_key=embedding_key, lm_head_key=lm_head_key,
-        pad_to_multiple_of=pad_to_multiple_of, reuse_reserved=reuse_reserved, strict=strict, untie=untie,
-        fit_corpus=fit_corpus, fit_contexts=fit_contexts, fit_steps=fit_steps, fit_depth=fit_depth,
-        fit_context_tokens=fit_context_tokens, fit_output_steps=fit_output_steps, fit_l2=fit_l2,
-        fit_kl_limit=fit_kl_limit,
-    ).check()
-    validation_opts = validation_options_of(validation, seed=seed, device=device)
+    # The one place the flags become the options record: each AddOptions field is the flag of its name
+    # (--no-fsync is fsync=False); the flags left are the validation's.
+    flags["fsync"] = not flags.pop("no_fsync")
+    options = AddOptions(**take_fields(AddOptions, flags)).check()
+    validation_opts = validation_options_of(flags, seed=options.seed, device=options.device)
     if no_validate and validation_opts.plot:
         raise InputError("--plot draws the validation's KL histogram; drop --no-validate or --plot")
     check_plot_dir(validation_opts.plot, created=out)
@@ -269,7 +263,7 @@ _DEVICE_OPTION = click.option("--device", default="auto", show_default=True,
                               help="Where to compute the scores: auto (CUDA when present), cpu, cuda.")
 
 
-@cli.command()
+@cli.command("compare")
 @click.argument("a", type=click.Path(file_okay=False, path_type=str))
 @click.argument("b", type=click.Path(file_okay=False, path_type=str))
 @click.option("--k", "k", default=DEFAULT_K, show_default=True, type=int, help=_K_HELP)
@@ -282,7 +276,7 @@ _DEVICE_OPTION = click.option("--device", default="auto", show_default=True,
 @two_checkpoint_hub_options("A and B")
 @common_options
 @click.pass_context
-def compare(ctx, a, b, k, which, device, plot, embedding_key, lm_head_key, as_json, revision, hf_token):
+def compare_command(ctx, a, b, k, which, device, plot, embedding_key, lm_head_key, as_json, revision, hf_token):
     """Compare the vocabulary matrices of checkpoints A and B by KNN-match similarity.
 
     For each token, take its K nearest neighbours by inner product (itself excluded) in A and in
@@ -327,7 +321,7 @@ def compare(ctx, a, b, k, which, device, plot, embedding_key, lm_head_key, as_js
             click.echo(f"Wrote {plot}", err=True)
 
 
-@cli.command()
+@cli.command("neighbors")
 @click.argument("ckpt", type=click.Path(file_okay=False, path_type=str))
 @click.argument("tokens", nargs=-1, required=True)
 @click.option("--k", "k", default=DEFAULT_K, show_default=True, type=int,
@@ -341,7 +335,7 @@ def compare(ctx, a, b, k, which, device, plot, embedding_key, lm_head_key, as_js
 @hub_options("CKPT when it is a Hub repo id", token_use="Used to pull CKPT.")
 @common_options
 @click.pass_context
-def neighbors(ctx, ckpt, tokens, k, metric, which, device, embedding_key, lm_head_key, as_json, revision, hf_token):
+def neighbors_command(ctx, ckpt, tokens, k, metric, which, device, embedding_key, lm_head_key, as_json, revision, hf_token):
     """List the K nearest neighbours of each TOKEN in the checkpoint CKPT, with their scores.
 
     A TOKEN is a vocabulary string ('Ġthe'), the text it stands for (' the', 'Frodo') or a row
@@ -486,7 +480,7 @@ def push_command(ctx, out, repo_id, private, revision, create_pr, token, message
         _echo_pushed(result.to_dict())
 
 
-@cli.command()
+@cli.command("validate")
 @click.argument("base", type=click.Path(file_okay=False, path_type=str))
 @click.argument("new", type=click.Path(file_okay=False, path_type=str))
 @validation_options
@@ -500,7 +494,7 @@ def push_command(ctx, out, repo_id, private, revision, create_pr, token, message
 @two_checkpoint_hub_options("BASE and NEW")
 @common_options
 @click.pass_context
-def validate(ctx, base, new, seed, device, as_json, method, corpus, max_tokens, plot, revision, hf_token, **limits):
+def validate_command(ctx, base, new, seed, device, as_json, method, corpus, max_tokens, plot, revision, hf_token, **limits):
     """Check that the expanded checkpoint NEW is safe to use, against its original BASE.
 
     First, no row of NEW's vocabulary tensors may hold NaN or Inf (read from the files). Then, on

@@ -1,5 +1,5 @@
 """The CLI's shared parts: the options several commands take, their checks, logging and -q, `--json`
-output, and the progress bars (`Bars`, the CLI's side of `progress.Progress`). cli.py holds the
+output, and the progress bars (`Bars`, the CLI's side of `progress.Progress`). commands.py holds the
 commands.
 """
 
@@ -203,7 +203,7 @@ def tensor_key_options(fn):
 
 
 def fit_options(fn):
-    """--untie and the --fit-* options of `add` (`--init fitted`; see fitted.py)."""
+    """--untie and the --fit-* options of `add` (`--init fitted`; see fitted/causal.py)."""
     for decorator in reversed([
         click.option("--untie", is_flag=True,
                      help="Tied models: write a separate output matrix (old rows copied bit for bit; config "
@@ -334,3 +334,11 @@ def validation_options_of(validation: dict, *, seed: int, device: str):
                              device=device, plot=plot)
 
 
+
+
+def take_fields(record: type, flags: dict) -> dict:
+    """Remove from `flags` (click's parameters by name) those named like a field of the dataclass `record`
+    and return them: the one mapping from a command's flags to its options record."""
+    from dataclasses import fields
+
+    return {f.name: flags.pop(f.name) for f in fields(record) if f.name in flags}

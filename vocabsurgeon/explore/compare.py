@@ -1,18 +1,8 @@
 """Looking inside embedding spaces: nearest neighbours of tokens, and KNN-match similarity of two spaces.
 
-KNN-match similarity (from "The Butterfly Effect: How Random Initialization Shapes WTE Semantic
-Similarity"): for each token, take its K nearest neighbours by inner product, the token itself
-excluded, in each space; the token's score is the Jaccard overlap |N1 & N2| / |N1 | N2| of the two
-neighbour sets, and two spaces score the mean over tokens. Inner product, not cosine, because the
-model itself scores with inner products (logits are h . W), so a row's norm is part of what it
-means; the measure is then unchanged by any orthogonal rotation of a space (inner products are),
-and it does not need the two spaces to have the same width.
-
-Scale: the n x n score matrix is never built. Scores are computed for a chunk of rows at a time
-(chunk x n, about `CHUNK_BYTES`) and only the top K of each row is kept, so memory is the matrix
-(held once, float32) plus one chunk. The matrix is read from safetensors a row chunk at a time
-(`Checkpoint.iter_np_chunks`), never through transformers. On CUDA the matrix is moved to the GPU
-once and every chunk is computed there; the CPU and CUDA paths are the same torch code.
+KNN-match similarity: per token, the Jaccard overlap of its K nearest neighbours by inner product (the
+model scores with inner products) in each space, averaged over tokens. The n x n score matrix is never
+built: a chunk of rows at a time keeps its top K, on the CPU or CUDA with the same torch code.
 """
 
 from __future__ import annotations
@@ -51,12 +41,12 @@ CHUNK_BYTES = {"cpu": 64 << 20, "cuda": 1 << 30}  # size of one (chunk x n) bloc
 
 
 def _device(device):
-    """A torch.device from "auto" / "cpu" / "cuda[:i]" / a torch.device (see init.resolve_device)."""
+    """A torch.device from "auto" / "cpu" / "cuda[:i]" / a torch.device (see devices.resolve_device)."""
     import torch
 
     if isinstance(device, torch.device):
         return device
-    from ..init import resolve_device
+    from ..devices import resolve_device
 
     return torch.device(resolve_device(device))
 

@@ -19,6 +19,7 @@ import numpy as np
 from ..checkpoint.architectures import detect, text_config
 from ..checkpoint.reader import Checkpoint
 from ..checkpoint.hub import Source, resolve_checkpoint
+from ..kl import kl_added_mass, kl_figures
 from ..runtime import (
     context_length,
     corpus_windows,
@@ -118,7 +119,7 @@ def zero_init_risk(ckpt_dir: str | os.PathLike, corpus: str | os.PathLike | None
         why = "the model's outputs hold NaN or Inf (see the rows listed above)"
         return {"applicable": False, "reason": why, "corpus": name, "positions": int(log_z.size), "log_z": None,
                 "zero_init_kl": None, "verdict": None, "explanation": f"not measured: {why}"}
-    kl = np.logaddexp(0.0, -log_z)  # log(1 + 1/Z), computed without overflow
+    kl = kl_added_mass(-log_z)  # one token with logit 0 adds mass 1: log(1 + 1/Z)
     verdict, words = _verdict(float(kl.mean()), float(kl.max()))
     return {
         "applicable": True,
@@ -126,7 +127,7 @@ def zero_init_risk(ckpt_dir: str | os.PathLike, corpus: str | os.PathLike | None
         "positions": int(log_z.size),
         "log_z": {"mean": float(log_z.mean()), "min": float(log_z.min()), "p1": float(np.quantile(log_z, 0.01)),
                   "max": float(log_z.max())},
-        "zero_init_kl": {"mean": float(kl.mean()), "p99": float(np.quantile(kl, 0.99)), "max": float(kl.max())},
+        "zero_init_kl": {k: v for k, v in kl_figures(kl).items() if k != "positions"},
         "verdict": verdict,
         "explanation": words,
     }

@@ -1,23 +1,9 @@
 """Which words to add: rank a domain corpus's words by the tokens they would save as one token each.
 
-A word is one of the tokenizer's own pre-tokens (byte-level BPE, WordPiece, Unigram with a
-splitting pre-tokenizer), or, where the family keeps the whole text in one pre-token
-(SentencePiece BPE: Llama 2, Mistral), the pieces between two word-start markers ("▁") joined.
-Its text is read from the corpus through the encoding's offsets, so byte symbols ("Ġ", "Ã©") and
-markers never reach the word; the leading space is the word-start form (" Frodo"), as `add` makes it.
-
-    saving = sum over the word's occurrences of (pieces - 1)
-
-counts only occurrences that are more than one token today and that `add` turns into one token:
-the bare word ("Frodo": sentence start, after punctuation) or a space and the word (" Frodo").
-The candidates are then checked by the same planning code as `add --dry-run`
-(`surgery.plan_tokens`), so a word that `add` would skip (already a token, a form that would split
-an existing token, ...) is never proposed; it is listed under `skipped` with add's reason.
-
-The corpus is streamed: read in bounded pieces, cut into paragraphs (blank lines) and, past
-`chunk_chars`, at a whitespace before a word (where the pre-tokenizers split anyway, so the counts
-do not depend on the chunk size), encoded in batches with padding and truncation off. Memory is
-one chunk plus a Counter of the multi-piece words.
+A word is one of the tokenizer's pre-tokens (or, where the family keeps the text in one pre-token, the
+pieces between two word-start markers), read through the encoding's offsets. saving = sum over its
+occurrences of (pieces - 1). Candidates go through `add`'s own plan, so a word `add` would skip is never
+proposed. The corpus is streamed in bounded chunks. Details: docs/internals.md.
 """
 
 from __future__ import annotations

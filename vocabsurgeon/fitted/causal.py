@@ -1,44 +1,16 @@
-"""The fitted init (`--init fitted`): new rows fitted from forward passes of the frozen model.
+"""The fitted init on causal LMs: input rows by distillation, output rows by a convex new-logit fit.
 
-Unlike the strategies in `init.py` (pure functions of the old rows), this one runs the model, so
-surgery calls `fit_rows` once before the rows are written and the `fitted` strategy hands out its
-result. Nothing else in the model changes.
-
-- Output rows, convex. At each position of contexts that use the new words, the ideal new
-  distribution is the old one with the probability of a word's spelling, q = p_old(pieces | prefix),
-  moved from its first piece onto the new token. With the old rows and the hidden state h fixed,
-  only the new logits h . w are free, and the cross-entropy against that ideal is convex in the new
-  rows; where no new word follows (q = 0) it is exactly KL(p_old || p_new), so the KL penalty is part
-  of the objective. Old text (half of the packaged corpus, weighted up) adds such q = 0 positions.
-  Minimized with L-BFGS from the sub-word mean row (or another prior), with an L2 penalty toward it.
-  With a corpus the ideal puts q = 1 where the corpus has the word (maximum likelihood of the new
-  tokenization); with generated contexts q = p_old(pieces | prefix), the old model's own belief.
-- The bound, by construction. The objective penalises the old-text KL but does not bound it, so
-  after the fit the KL is measured on held-out old text (the packaged corpus's other half, and
-  the chat-template samples), and when its mean exceeds the limit (default: the mean-init bound
-  log(1 + k/n)) or its p99 exceeds FIT_KL_P99, the rows are shrunk toward the mean row by the
-  largest factor that meets both (`shrink_to_limit`; the mean row itself meets the bound).
-- Input rows, distillation (AweDist, 2025). The model reading the new token must give the hidden
-  states it gives on the word's pieces, at the positions that follow; Adam over the new rows only,
-  starting from the sub-word mean, in passes over the windows until held-out windows stop gaining.
-  The hidden states are those after the first fifth of the layers (DISTILL_DEPTH, layer_tap.py):
-  each step runs only those layers.
-- Contexts: windows of a corpus that use the words (at most `contexts_per_word` per token), or,
-  without a corpus, text the model generates after a few prompts per word (seeded). The frozen
-  model runs over them once (`_teach`); both fits read that pass.
-- Encoders (masked-LM heads, BERT bodies, sentence-transformers checkpoints) take another path:
-  `fit_rows` hands them to fitted_encoder.py. What both paths share is in fit_common.py.
-
-Only the fitting math lives here: loading, encoding, the packaged corpus and the device come from
-runtime.py and devices.py, as for validation. Deterministic for a seed on one machine. The
-library never prints: progress goes to a callback.
+Output rows minimise the cross-entropy against the old distribution with each word's spelling probability
+moved onto its new token (convex; L-BFGS), then are shrunk toward the mean row until the held-out old-text
+KL meets its limit (`shrink_to_limit`). Input rows are distilled (`distill.py`) on the hidden states after
+the first layers (`layer_tap.py`). The frozen model runs over the contexts once (`_teach`). The method in
+full: docs/internals.md.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +27,8 @@ from .common import (  # noqa: F401  (FitResult, Run, find_runs: the fitting API
     FitResult,
     FitToken,
     OUTPUT_STARTS,
+    bisect,
+    lbfgs,
     Run,
     Window,
     find_runs,
@@ -62,27 +36,27 @@ from .common import (  # noqa: F401  (FitResult, Run, find_runs: the fitting API
     output_prior,
     pad_batch,
     read_fit_corpus,
-    kl_figures,
     subword_mean,
 )
-from ..init import kl_bound
-from ..runtime import LoadedModel, ModelKind, context_length, encode, load_tokenizer, loaded_model, model_kind, read_corpus
+from ..kl import kl_added_mass, kl_bound, kl_figures, meets_limits
+from ..runtime import (LoadedModel, ModelKind, context_length, encode, load_tokenizer, loaded_model, paragraphs,
+                       read_corpus)
 from .distill import distill_input_rows
 from .layer_tap import layers_for
 from ..tokenizer.chats import chat_samples
 
 logger = logging.getLogger(__name__)
 
-# The output fit's L2 weight and old-text weight (fit_common.DEFAULT_OLD_TEXT_WEIGHT = 16), chosen on the
+# The output fit's L2 weight and old-text weight (common.DEFAULT_OLD_TEXT_WEIGHT = 16), chosen on the
 # trained fixtures over l2 in {0.1, 0.3, 1, 3} x weight in {1, 4, 16} (bench/RESULTS.md): weighting old
 # text controls the KL at less cost in bits per byte than a stronger L2 does; this pair keeps KL mean
-# within log(1 + k/n) and p99 under 0.05 nats on held-out old text for both fixtures, tied and untied.
+# within log(1 + k/n) and p99 under FIT_KL_P99 on held-out old text for both fixtures, tied and untied.
 DEFAULT_L2 = 0.3
 CAUSAL_PASSES = 3  # distillation passes over the windows, at most, unless FitOptions.passes says
 # Distillation matches the hidden states after this share of a causal model's layers (FitOptions.depth;
 # layer_tap.py), in at most DEPTH_PASSES passes (a pass costs that share of one over all layers).
-# SmolLM2-135M (30 layers), 100 words (bench/fitted_bench.py): matched after 6 layers, the rows'
-# held-out loss at the last layer was 0.054 against 0.053 matched there, in a third of the time.
+# Matched after the first fifth, the rows' held-out loss at the last layer is about that of matching
+# there, in a fraction of the time (bench/RESULTS.md).
 DISTILL_DEPTH = 0.2
 BATCH_LOGITS_BYTES = 2**28  # a teacher batch's logits at most this large are computed in one product
 DEPTH_PASSES = 6
@@ -103,7 +77,7 @@ def word_windows(text: str, tok, prefix: list[int], tokens: list[FitToken], leng
     after = span // 4
     counts = [0] * len(tokens)
     out = []
-    for para in (p for p in text.split("\n\n") if p.strip()):
+    for para in paragraphs(text):
         ids = encode(tok, para)
         covered = 0  # paragraph ids before this are in the last window taken
         for r in find_runs(ids, tokens):
@@ -120,21 +94,6 @@ def word_windows(text: str, tok, prefix: list[int], tokens: list[FitToken], leng
             for q in w.runs:
                 counts[q.j] += 1
     return out
-
-
-def check_kind(src: Path) -> ModelKind:
-    """The checkpoint's kind, refused in one line unless fitted can run it: a causal LM, or an encoder
-    (a masked-LM head, or a body without one such as a sentence-transformers checkpoint).
-
-    Raises:
-        InputError: naming the model kind, what fitted supports and what to use instead.
-    """
-    kind = model_kind(src)
-    if kind.task in ("causal", "masked", "encoder"):
-        return kind
-    what = {"seq2seq": f"{kind.class_name} is a sequence-to-sequence model"}.get(kind.task or "", kind.reason)
-    raise InputError(f"{src}: --init fitted supports causal language models and encoders (BERT-style, masked-LM "
-                     f"or sentence-transformers); {what}: use --init subword-mean (or mean)")
 
 
 class _Model:
@@ -226,8 +185,7 @@ def _teach(m: _Model, windows: list[Window], batch: int, say: Steps, stage: str 
                     logger.info("the teacher pass keeps no prefix cache (%s: %s)", type(e).__name__, e)
                     keep, kv = None, {}
             del out
-            # the batch's logits in one product where they are small (short windows: 25% faster than
-            # one window at a time on SmolLM2's 49,152 rows), else window by window
+            # the batch's logits in one product where they are small (short windows), else window by window
             whole = m.logits(h) if h.shape[0] * h.shape[1] * m.n * 4 <= BATCH_LOGITS_BYTES else None
             for b, i in enumerate(part):
                 T = len(windows[i].old)
@@ -279,9 +237,9 @@ def _output_data(windows: list[Window], teacher: _Teacher, target: str = "model"
 
 
 def _kl_new(h, logz, W, b_new):
-    """KL(p_old || p_new) at positions where no new word follows: log(1 + sum_j exp(h.w_j + b - log Z))."""
+    """KL(p_old || p_new) at positions (h, log Z) when the new output rows are W (and bias b_new)."""
     s = h @ W.T + b_new  # (P, k)
-    return (s.logsumexp(-1) - logz).exp().log1p()
+    return kl_added_mass(s.logsumexp(-1) - logz)
 
 
 def fit_output_rows(data: _OutputData, prior, b_new: float, l2: float, steps: int, say: Steps, device=None):
@@ -304,24 +262,15 @@ def fit_output_rows(data: _OutputData, prior, b_new: float, l2: float, steps: in
     scale = float((h ** 2).mean()) * h.shape[1]
     lam = l2 * scale
     W = prior.clone().requires_grad_(True)
-    opt = torch.optim.LBFGS([W], lr=1.0, max_iter=steps, history_size=20, line_search_fn="strong_wolfe",
-                            tolerance_grad=1e-10, tolerance_change=1e-12)
-    calls = [0]
 
-    def closure():
-        opt.zero_grad()
+    def objective():
         s = h @ W.T + b_new  # (P, k)
-        kl = torch.logaddexp(logz, s.logsumexp(-1)) - logz
+        kl = kl_added_mass(s.logsumexp(-1) - logz)
         obj = (kl * weight).sum() if weight is not None else kl.sum()
-        obj = obj - (q * s[q_pos, q_tok]).sum() + 0.5 * lam * ((W - prior) ** 2).sum()
-        obj.backward()
-        calls[0] += 1
-        say("output rows", min(calls[0], steps), steps)
-        return obj
+        return obj - (q * s[q_pos, q_tok]).sum() + 0.5 * lam * ((W - prior) ** 2).sum()
 
-    opt.step(closure)
-    say("output rows", steps, steps)  # converged, possibly before the last iteration
-    return W.detach().double().cpu(), calls[0]
+    calls = lbfgs([W], objective, steps, say, "output rows")
+    return W.detach().double().cpu(), calls
 
 
 def generated_windows(m: _Model, tok, tokens: list[FitToken], opts: FitOptions, say: Steps) -> list[Window]:
@@ -379,7 +328,7 @@ def old_text_windows(tok, prefix: list[int], length: int, held_length: int, max_
     used = [0, 0]
     for c in chats:  # a rendered conversation is already whole: its own special tokens, no prefix
         halves[1].append(Window(encode(tok, c)[:held_length], []))
-    for i, para in enumerate(p for p in text.split("\n\n") if p.strip()):
+    for i, para in enumerate(paragraphs(text)):
         half = i % 2
         step = max(1, (length if half == 0 else held_length) - len(prefix))
         ids = encode(tok, para)
@@ -392,50 +341,13 @@ def old_text_windows(tok, prefix: list[int], length: int, held_length: int, max_
     return halves
 
 
-def fit_rows(src: str | Path, tokens: list[FitToken], roles: set[str], options: FitOptions | None = None,
-             progress: Steps | None = None) -> FitResult:
-    """Fit the new rows of the checkpoint at `src` (the original) for `tokens`.
-
-    Args:
-        src: the original checkpoint directory (a causal LM transformers can build, or an encoder:
-            see fitted_encoder.fit_encoder_rows).
-        tokens: the new tokens, in row order; tokens without pieces (special tokens) keep the
-            sub-word mean / mean row.
-        roles: {"input"}, {"output"} or both: which rows to fit (input: distillation; output: convex fit).
-        options: `FitOptions`.
-        progress: called with (stage, done, total).
-
-    Returns:
-        FitResult with (k, hidden) float64 rows for each fitted role and a report: method, contexts
-        (corpus name and sha256, or "generated"), windows and occurrences per token, steps, seconds,
-        old-text KL (mean, p99, max; held-out packaged text) of the output rows.
-
-    Raises:
-        InputError: the model is a sequence-to-sequence model or cannot be loaded, its logits are not
-            hidden . lm_head, or the corpus cannot be read.
-
-    Example:
-        >>> r = fit_rows("fixtures/llama-tiny", [FitToken(" Frodo", (1, 2))], {"output"})  # doctest: +SKIP
-        >>> r.output_rows.shape  # doctest: +SKIP
-        (1, 64)
-    """
+def fit_causal_rows(src: Path, kind: ModelKind, tokens: list[FitToken], roles: set[str], opts: FitOptions,
+                    say: Steps) -> FitResult:
+    """Fit the new rows of the causal LM at `src` (`fitted.fit_rows` calls this for causal kinds): input rows
+    by distillation, output rows by the convex new-logit fit, shrunk to the old-text KL limit."""
     import torch
 
-    opts = options or FitOptions()
-    if (opts.target or "corpus") not in ("corpus", "model"):
-        raise InputError(f"fit target {opts.target!r} is not one of corpus, model")
-    if opts.output_start not in OUTPUT_STARTS:
-        raise InputError(f"fit output start {opts.output_start!r} is not one of {', '.join(OUTPUT_STARTS)}")
-    if opts.kl_limit is not None and not (math.isfinite(opts.kl_limit) and opts.kl_limit >= 0):
-        raise InputError(f"--fit-kl-limit {opts.kl_limit}: must be a finite number of nats >= 0")
-    say = progress or (lambda stage, done, total: None)
-    src = Path(src)
     t0 = time.perf_counter()
-    kind = check_kind(src)
-    if kind.task != "causal":
-        from .encoder import fit_encoder_rows
-
-        return fit_encoder_rows(src, kind, tokens, roles, opts, say)
     tok = load_tokenizer(src)
     torch.manual_seed(opts.seed)
     with loaded_model(src, opts.device, kind, remedy="use --init mean or subword-mean") as lm:
@@ -456,20 +368,13 @@ def shrink_to_limit(h, logz, W, M, b_new: float, limit_mean: float, limit_p99: f
         return _kl_new(h, logz, M + a * (W - M), b_new).numpy()
 
     def meets(kl) -> bool:
-        return kl.size == 0 or (float(kl.mean()) <= limit_mean and float(np.quantile(kl, 0.99)) <= limit_p99)
+        return meets_limits(kl, limit_mean, limit_p99)
 
     kl = kl_at(1.0)
     if meets(kl):
         return 1.0, kl
-    lo, hi, kl_lo = 0.0, 1.0, kl_at(0.0)
-    for _ in range(iters):
-        mid = (lo + hi) / 2
-        kl = kl_at(mid)
-        if meets(kl):
-            lo, kl_lo = mid, kl
-        else:
-            hi = mid
-    return lo, kl_lo
+    a = bisect(lambda x: meets(kl_at(x)), good=0.0, bad=1.0, iters=iters)
+    return a, kl_at(a)
 
 
 def _fit_loaded(m: _Model, src: Path, tok, tokens: list[FitToken], roles: set[str], opts: FitOptions, say: Steps,

@@ -1,4 +1,4 @@
-"""What the fits of `--init fitted` share, causal (fitted.py) and encoder (fitted_encoder.py) alike.
+"""What the fits of `--init fitted` share, causal (causal.py) and encoder (encoder.py) alike.
 
 The new tokens as the fits see them, the options and the result, the windows of old ids with the
 runs of pieces that become new tokens, the fit corpus, and the Adam loop of the input-row
@@ -9,16 +9,14 @@ fit brings its own loss. The library never prints: progress goes to a callback.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from ..progress import Steps
-from ..validation.checks import KLCheck
-from ..errors import InputError
+from ..init import pieces_mean
+from ..runtime import read_text_file
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +28,7 @@ ENCODER_WINDOW = 128  # tokens per encoder context at most (a sentence; capped b
 LENGTH_BUCKET = 8  # batches sorted by length together (length_batches)
 FIT_KL_P99 = 0.05
 
-# The output fit's old-text weight (see fitted.py: DEFAULT_L2 and the grid it was chosen on).
+# The output fit's old-text weight (see causal.py: DEFAULT_L2 and the grid it was chosen on).
 DEFAULT_OLD_TEXT_WEIGHT = 16.0
 SMALL_HIDDEN = 256  # narrower models run single-threaded on the CPU (see narrow_threads)
 
@@ -49,15 +47,14 @@ class FitOptions:
 
     corpus: str | None = None  # text that uses the words; None: generated contexts
     contexts_per_word: int = 8  # windows per new token, at most
-    # Tokens per window around an occurrence (capped by the model's positions). On SmolLM2-135M with
-    # 100 words (bench/fitted_bench.py) 32 gave the bits per byte of 48 (x1.0126 vs x1.0124) in 30%
-    # of the time: the forward pass over the contexts is most of a kept-tied fit.
+    # Tokens per window around an occurrence (capped by the model's positions): as good as longer windows
+    # at a fraction of the time; the forward pass over the contexts is most of a kept-tied fit (bench/RESULTS.md).
     context_tokens: int = 32
     input_steps: int | None = None  # Adam steps of the input distillation, at most (None: `passes` decide)
     # Passes over the windows, at most; a pass that gains < 1% on held-out windows stops it. None: on a
     # causal LM 6 through the first layers (fitted.DEPTH_PASSES), 3 through all of them (`depth` 1: a
     # pass is a forward and backward over every window, minutes on a real model); 10 on an encoder
-    # (sentences through a small model; see fitted_encoder.ENCODER_PASSES).
+    # (sentences through a small model; see encoder.ENCODER_PASSES).
     passes: int | None = None
     # Share of a causal model's layers after which distillation matches hidden states (None:
     # fitted.DISTILL_DEPTH; 1: the last hidden state, every layer run at every step).
@@ -173,22 +170,98 @@ def pad_batch(seqs: list[list[int]], pad: int, device):
     return ids.to(device), mask.to(device)
 
 
+def lbfgs(params: list, objective, steps: int, say: Steps, stage: str) -> int:
+    """Minimize the convex `objective()` (a scalar tensor of `params`) by L-BFGS with a strong-Wolfe line
+    search, at most `steps` iterations (0: none), reporting to `say` as `stage`. Returns the evaluations.
+    The new-logit fits (causal output rows, masked-LM head) both run through here."""
+    import torch
+
+    calls = 0
+    if steps > 0:
+        opt = torch.optim.LBFGS(params, lr=1.0, max_iter=steps, history_size=20, line_search_fn="strong_wolfe",
+                                tolerance_grad=1e-10, tolerance_change=1e-12)
+
+        def closure():
+            nonlocal calls
+            opt.zero_grad()
+            obj = objective()
+            obj.backward()
+            calls += 1
+            say(stage, min(calls, steps), steps)
+            return obj
+
+        opt.step(closure)
+    say(stage, steps, steps)  # converged, possibly before the last iteration
+    return calls
+
+
+def bisect(ok, good: float, bad: float, iters: int, tol: float = 0.0) -> float:
+    """The end of [good, bad] (either order) that meets `ok`, narrowed by bisection: `ok(good)` holds, `ok(bad)`
+    does not. Monotony is not assumed: each step keeps one end that meets and one that does not.
+
+        >>> round(bisect(lambda x: x * x <= 2, good=0.0, bad=2.0, iters=40), 6)
+        1.414214
+    """
+    for _ in range(iters):
+        if abs(bad - good) < tol:
+            break
+        mid = (good + bad) / 2
+        good, bad = (mid, bad) if ok(mid) else (good, mid)
+    return good
+
+
+def embedding_read(embedding, rows):
+    """(..., hidden) what the model reads for `rows` (..., hidden) of its input embedding's weight: the
+    embedding module's own forward, run with those rows as its weight.
+
+    `inputs_embeds` enters the model after that module, so rows given there must go through it
+    first: Gemma's embedding multiplies by sqrt(hidden) in its forward, and a row passed as it is
+    on disk reads 1/sqrt(hidden) too small. A plain `nn.Embedding` gives the rows back unchanged.
+    """
+    import torch
+
+    flat = rows.reshape(-1, rows.shape[-1])
+    slots = torch.arange(flat.shape[0], device=flat.device)
+    pad = getattr(embedding, "padding_idx", None)
+    # padding_idx only zeroes that row's gradient, and may lie past these rows: none here
+    try:
+        if pad is not None:
+            embedding.padding_idx = None
+        out = torch.func.functional_call(embedding, {"weight": flat}, (slots,))
+    finally:
+        if pad is not None:
+            embedding.padding_idx = pad
+    return out.reshape(*rows.shape[:-1], out.shape[-1])
+
+
+def new_token_embeds(embedding, ids, R):
+    """(B, T, hidden) the `inputs_embeds` of ids (B, T) whose ids from n on (n: the embedding's rows)
+    are new tokens read as the rows R (k, hidden): what the model computes from ids once R is
+    appended to its embedding (`embedding_read`).
+
+    Only the new tokens' positions read R, through a one-hot product over those positions: the
+    backward of R[index] accumulates in a thread-dependent order (rows differed in the last bits from
+    run to run), and a product over every position would let a non-finite gradient at any old
+    position reach every row (0 * inf)."""
+    import torch
+
+    E = embedding.weight.detach()
+    n = E.shape[0]
+    emb = E[ids.clamp(max=n - 1)]
+    where = (ids >= n).nonzero(as_tuple=True)
+    if where[0].numel():
+        pick = torch.nn.functional.one_hot(ids[where] - n, R.shape[0]).to(R.dtype)  # (new positions, k)
+        emb = emb.index_put(where, (pick @ R).to(emb.dtype))
+    return embedding_read(embedding, emb)
+
+
 def read_fit_corpus(path: str) -> tuple[str, str]:
     """The fit corpus's text and the sha256 of its bytes.
 
     Raises:
         InputError: the file cannot be read or is not UTF-8.
     """
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise InputError(f"{p}: cannot read the fit corpus ({e.strerror}); pass a UTF-8 text file to --fit-corpus") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError(f"{p}: invalid UTF-8 at byte {e.start}; save the fit corpus as UTF-8") from None
-    return text, hashlib.sha256(data).hexdigest()
+    return read_text_file(path, "fit corpus", "--fit-corpus")
 
 
 def adam_passes(start, scale: float, usable: list[int], batch_loss, steps: int | None, batch: int, lr: float,
@@ -275,8 +348,7 @@ def length_batches(order: list[int], batch: int, lengths: list[int] | None, rng)
     """`order` (windows in a random order) cut into batches of `batch`; with `lengths`, each run of
     `LENGTH_BUCKET` batches is sorted by length first and the batches are shuffled (`rng`), so a
     batch holds windows of similar length. A batch pads every window to its longest, and padding
-    costs as much as real positions: on SmolLM2-135M's fitting windows (bench/domain.py) the
-    positions run per pass fall from 6,640 to 4,016 (3,641 without padding)."""
+    costs as much as real positions."""
     if lengths is None:
         return [order[s:s + batch] for s in range(0, len(order), batch)]
     span = batch * LENGTH_BUCKET
@@ -304,11 +376,9 @@ def subword_mean(E, tokens: list[FitToken]):
     """(k, hidden) float64: each token's mean of its pieces' rows of E (the mean row for a token without pieces)."""
     import torch
 
-    E64 = E.double().cpu()
-    mean = E64.mean(0)
-    if not tokens:
-        return torch.zeros((0, E64.shape[1]), dtype=torch.float64)
-    return torch.stack([E64[list(t.pieces)].mean(0) if t.pieces else mean for t in tokens])
+    E64 = E.detach().double().cpu().numpy()
+    rows = pieces_mean(lambda ids: E64[ids], [t.pieces for t in tokens], E64.mean(0))
+    return torch.from_numpy(rows)
 
 
 @contextlib.contextmanager
@@ -316,7 +386,7 @@ def narrow_threads(device, hidden: int):
     """One torch thread while fitting a model narrower than SMALL_HIDDEN on the CPU, then as before.
 
     Matrices this narrow gain nothing from intra-op threads, and on a busy machine the OpenMP
-    spin-waits cost 30x (measured: 20 distillation steps of llama-tiny, 0.7 s on 1 thread, 21 s on 2)."""
+    spin-waits cost many times the work itself."""
     import torch
 
     threads = torch.get_num_threads()
@@ -354,10 +424,3 @@ def form_in_words(form: str, seen: set[str]) -> str:
         what, other = f"the bare form {form!r} (at a text start or after punctuation)", " " + word
     return what + (f"; its form {other!r} occurs" if other in seen else "")
 
-
-def kl_figures(kl) -> dict:
-    """Mean, p99 and max of per-position KL, as validation's KL check computes them (KLCheck.measure)."""
-    if np.asarray(kl).size == 0:
-        return {"positions": 0, "mean": None, "p99": None, "max": None}
-    c = KLCheck.measure(kl, bound=0.0, limit_mean=0.0, limit_p99=0.0)
-    return {"positions": c.positions, "mean": c.mean, "p99": c.p99, "max": c.max}

@@ -1,8 +1,8 @@
 """Input rows of `--init fitted` on a causal LM by distillation (AweDist, 2025).
 
 The model reading a new token must give the hidden states it gives on the word's pieces, at the
-positions from the first new token on; Adam over the new rows only (`fit_common.adam_passes`). A
-step runs the first layers only (`layer_tap.LayerTap`, at the depth fitted.py chooses) and only
+positions from the first new token on; Adam over the new rows only (`common.adam_passes`). A
+step runs the first layers only (`layer_tap.LayerTap`, at the depth causal.py chooses) and only
 the part of each window after its cached start (`prefix_cache.PrefixCache`). `m` is fitted's frozen
 model (`fitted._Model`: E, n, hidden(), model, device) and `teacher` its pass over the windows
 (`fitted._Teacher`), duck-typed here so that this module does not import fitted.py.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from .common import Window, adam_passes, pad_batch
+from .common import Window, adam_passes, new_token_embeds, pad_batch
 from ..progress import Steps
 from .layer_tap import LayerTap
 from .prefix_cache import full_hidden
@@ -24,7 +24,7 @@ def distill_input_rows(m, windows: list[Window], teacher, start, steps: int | No
                        lr: float, seed: int, say: Steps, passes: int = 3, depth: int | None = None):
     """Input rows such that the model reading new tokens gives the hidden states it gives on their
     pieces, at the aligned positions from the first new token on (MSE relative to |h|^2), by
-    `fit_common.adam_passes` (passes over the windows, held-out windows keep the best pass).
+    `common.adam_passes` (passes over the windows, held-out windows keep the best pass).
 
     The hidden states are the last ones, or with `depth` those after the first `depth` decoder
     layers (through the final norm, `teacher.at_depth`): each step then runs only those layers (layer_tap.py).
@@ -32,7 +32,7 @@ def distill_input_rows(m, windows: list[Window], teacher, start, steps: int | No
     Each step runs only the part of each window from its first new token: the keys and values of
     what comes before are computed once (`prefix_cache.PrefixCache`, checked against full windows on
     the first batch; full windows when they differ), and a batch holds windows of similar lengths
-    (`fit_common.length_batches`): padding costs as much as real positions.
+    (`common.length_batches`): padding costs as much as real positions.
 
     Returns:
         (rows (k, hidden) float64, a report: steps, passes, held-out loss per pass, skipped steps,
@@ -52,14 +52,7 @@ def distill_input_rows(m, windows: list[Window], teacher, start, steps: int | No
         """(hidden states, offset of each row's first position) of the windows `part` read with rows R."""
         skip = [first[i] if cache is not None else 0 for i in part]
         ids, mask = pad_batch([pieces[i][s:] for i, s in zip(part, skip)], 0, m.device)
-        emb = m.E[ids.clamp(max=m.n - 1)]
-        # Only the new tokens' positions read R, through a one-hot product over those positions: the
-        # backward of R[index] accumulates in a thread-dependent order (rows differed in the last bits
-        # from run to run), and a product over every position would let a non-finite gradient at any
-        # old position reach every row (0 * inf).
-        where = (ids >= m.n).nonzero(as_tuple=True)
-        pick = torch.nn.functional.one_hot(ids[where] - m.n, R.shape[0]).to(R.dtype)  # (new positions, k)
-        emb = emb.index_put(where, (pick @ R).to(emb.dtype))
+        emb = new_token_embeds(m.model.get_input_embeddings(), ids, R)  # through the embedding's own forward
         starts = [first[i] for i in part]
         if depth:  # the first `depth` layers only; on full windows the backward stops before the first new token
             with LayerTap(m.model.base_model, depth, stop=True, cut=starts if cache is None else None) as tap:
@@ -78,6 +71,11 @@ def distill_input_rows(m, windows: list[Window], teacher, start, steps: int | No
             count += len(olds)
         return loss / (count * h2)
 
+    if usable and not _reads_as_ids(states, usable[:batch], first, target, start, m.device):
+        logger.warning("input distillation skipped: %s reads rows given as inputs_embeds otherwise than its ids; "
+                       "the input rows keep the sub-word mean", type(m.model).__name__)
+        return start.double().cpu(), {"steps": 0, "passes": 0, "prefix_cache": False,
+                                      "skipped": "the model reads inputs_embeds otherwise than its ids"}
     cache = _checked_prefix_cache(m, windows, usable[:batch], first, batch, states, start, teacher.prefix_kv) \
         if usable else None
     lengths = [len(p) - (first.get(i, 0) if cache is not None else 0) for i, p in enumerate(pieces)]
@@ -85,6 +83,25 @@ def distill_input_rows(m, windows: list[Window], teacher, start, steps: int | No
                                say, passes, m.device, lengths)
     report["prefix_cache"] = cache is not None
     return rows, report
+
+
+def _reads_as_ids(states, probe: list[int], first: dict[int, int], target, start, device) -> bool:
+    """Whether the student pass (rows given as inputs_embeds) gives the teacher's hidden states
+    (from ids) at the positions of `probe`'s windows before their first new token, where both read
+    the same old ids. A model whose forward does more with ids than look up its embedding module
+    (scaling them outside it, or reading the ids again) cannot be distilled through inputs_embeds."""
+    import torch
+
+    from .prefix_cache import PrefixCache
+
+    with torch.no_grad():
+        h, _ = states(probe, start.float().to(device), None)
+    olds = [(b, p) for b, i in enumerate(probe) for p in range(first[i])]
+    if not olds:
+        return True
+    got = torch.stack([h[b, p] for b, p in olds]).float()
+    want = torch.stack([target[probe[b]][p] for b, p in olds]).to(got.device)
+    return PrefixCache.agrees(got, want)
 
 
 def _checked_prefix_cache(m, windows: list[Window], probe: list[int], first: dict[int, int], batch: int,

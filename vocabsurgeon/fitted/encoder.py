@@ -1,32 +1,10 @@
-"""`--init fitted` on encoders: BERT-style bodies (sentence-transformers checkpoints) and masked-LM heads.
+"""The fitted init on encoders: BERT-style bodies (sentence-transformers checkpoints) and masked-LM heads.
 
-An encoder reads the whole sentence at once, so a new token's input row decides the hidden states
-of every position, before and after it. `fit_encoder_rows` fits the new input rows by distillation,
-as the causal path does (`fit_common.adam_passes`: Adam over the new rows only, from the sub-word
-mean, passes over the windows, held-out windows keep the best pass), against two targets read from
-the frozen model on the original tokenization:
-
-- the last hidden states at every position outside the new words' spans (relative MSE: they must
-  not move when a word's pieces become one token), and
-- for a sentence-transformers checkpoint, the sentence embedding as its `modules.json` computes it
-  (the Pooling module's mean or CLS token; Normalize does not change a cosine): 1 - cosine between
-  the old embedding and the new one, weighted by POOLED_WEIGHT. Other pooling modes (max) and
-  modules after the pooling (Dense) are not modelled, and the report says so.
-
-Contexts: the sentences of `--fit-corpus` that use the words (at most `contexts_per_word` per new
-token, cut to ENCODER_WINDOW tokens around the word) and CORPUS_TEMPLATES template sentences per word,
-or without a corpus `contexts_per_word` of TEMPLATES, simple sentences per word in a seeded order (an
-encoder cannot write its own contexts). On a WordPiece tokenizer the input distillation also reads
-(the masked-LM head fit does not) the sentences where a new word starts a longer word, which the
-new tokenizer splits anew beyond the word's pieces ("urlopen": ur ##lo ##pen, then url ##open;
-`wordpiece_view` splits text as the edited tokenizer will): the corpus's (`retokenized_windows`, up
-to `contexts_per_word` per token) and, where the sentence embedding is a target, PLURALS_PER_WORD
-plural templates per word. Their hidden-state target is every word the new tokens leave alone.
-
-Text without new words is unchanged by construction: only the new rows are written.
-
-Masked-LM heads: after the input rows, `fitted_mlm.fit_head` fits the decoder's new rows and bias entries
-on masked positions and keeps the KL bound by construction.
+`fit_encoder_rows` distills the new input rows (`common.adam_passes`) against the frozen model's last hidden
+states outside the new words' spans and, for sentence-transformers, its sentence embedding. Contexts: the
+corpus's sentences with the words, templates, and on WordPiece the sentences the edited tokenizer splits
+anew (`wordpiece_view`). A masked-LM head's rows are fitted after (`mlm.fit_head`). Details:
+docs/internals.md.
 """
 
 from __future__ import annotations
@@ -52,24 +30,23 @@ from .common import (
     adam_passes,
     find_runs,
     narrow_threads,
+    new_token_embeds,
     pad_batch,
     read_fit_corpus,
     subword_mean,
 )
 from .mlm import fit_head
-from ..runtime import ModelKind, context_length, encode, load_tokenizer, loaded_model, special_ends
+from ..runtime import ModelKind, context_length, encode, load_tokenizer, loaded_model, paragraphs, special_ends
 
 logger = logging.getLogger(__name__)
 
 # Weight of 1 - cos(sentence embedding) against the relative MSE of the other positions' hidden
 # states (about 2 (1 - cos) per position).
 POOLED_WEIGHT = 4.0
-# Distillation passes at most (FitOptions.passes None). On all-MiniLM-L6-v2 with 100 words (bench/encoder_bench.py)
-# the held-out loss still fell 15% in the third pass; a pass over 235 sentences is about 9 s there.
+# Distillation passes at most (FitOptions.passes None): the held-out loss still falls after a few (bench/RESULTS.md).
 ENCODER_PASSES = 10
-# Template sentences per word added to a corpus's sentences. On all-MiniLM-L6-v2 (bench/encoder_bench.py,
-# 100 words) they raised the held-out cosine from 0.973 mean / 0.875 min to 0.976 / 0.884: short
-# sentences, where the word is a large share of the mean pooling, are the hard case the corpus lacks.
+# Template sentences per word added to a corpus's sentences: short sentences, where the word is a large
+# share of the mean pooling, are the hard case a corpus lacks (bench/RESULTS.md).
 CORPUS_TEMPLATES = 4
 # Sentences of generated contexts, "{}" the word. Used in a seeded order, `contexts_per_word` of them.
 TEMPLATES = (
@@ -81,13 +58,9 @@ TEMPLATES = (
 # The corpus's sentences where a new word starts a longer word (WordPiece only; `retokenized_windows`).
 RETOKENIZED = True
 # Sentences with the word's plural, PLURALS_PER_WORD per word not ending in "s" (WordPiece only):
-# "formatters" is formatter ##s with the new word, format ##ters without. On all-MiniLM-L6-v2
-# (bench/encoder_bench.py, 100 words, held-out sentences) these and the retokenized sentences together
-# raised the minimum cosine from 0.884 to 0.904 (seed 0; 0.909 with seed 2), each alone to 0.881 and
-# 0.887; short template sentences ("{}.", "Use {}.") added nothing robust (bench/RESULTS.md). Only where
-# the sentence embedding is a target (a sentence-transformers pooling): on the bench's masked-LM model
-# (the same body, hidden states the only target) they took the worst held-out sentence's hidden-state
-# cosine from 0.857 to 0.677 ("* annotation The annotation ...": the row also had to lead "##s").
+# "formatters" is formatter ##s with the new word, format ##ters without. With the retokenized sentences
+# they raise the worst held-out sentence's cosine; only where the sentence embedding is a target (a
+# sentence-transformers pooling): with hidden states the only target they lower it (bench/RESULTS.md).
 PLURAL_TEMPLATES = ("The {}s.", "Use {}s.", "All {}s are listed here.", "Some {}s and others.")
 PLURALS_PER_WORD = 2
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -162,7 +135,7 @@ def sentence_windows(text: str, tok, tokens: list[FitToken], ends, limit: int, p
     while that token has fewer than `per_token` windows; each cut to `limit` tokens around it."""
     counts = [0] * len(tokens)
     out = []
-    for para in (p for p in text.split("\n\n") if p.strip()):
+    for para in paragraphs(text):
         for sentence in _SENTENCE_END.split(" ".join(para.split())):
             ids = encode(tok, sentence)
             runs = find_runs(ids, tokens)
@@ -230,7 +203,7 @@ def retokenized_windows(text: str | list[str], tok, tokens: list[FitToken], ends
     if view is None:
         return []
     if isinstance(text, str):
-        text = [sentence for para in text.split("\n\n") if para.strip()
+        text = [sentence for para in paragraphs(text)
                 for sentence in _SENTENCE_END.split(" ".join(para.split()))]
     head, tail = ends
     counts = [0] * len(tokens)
@@ -345,11 +318,7 @@ def distill_encoder_rows(enc: _Encoder, windows: list[Window | Retokenized], tea
 
     def batch_loss(part, R):
         ids, mask = pad_batch([new_ids[i] for i in part], enc.pad, enc.device)
-        emb = enc.E[ids.clamp(max=enc.n - 1)]
-        where = (ids >= enc.n).nonzero(as_tuple=True)  # as distill.distill_input_rows: a one-hot product, deterministic
-        pick = torch.nn.functional.one_hot(ids[where] - enc.n, R.shape[0]).to(R.dtype)
-        emb = emb.index_put(where, (pick @ R).to(emb.dtype))
-        h = enc.hidden(None, mask, embeds=emb).float()
+        h = enc.hidden(None, mask, embeds=new_token_embeds(enc.model.get_input_embeddings(), ids, R)).float()
         loss, count = 0.0, 0
         for b, i in enumerate(part):
             olds, news = kept[i]

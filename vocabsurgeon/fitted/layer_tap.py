@@ -1,19 +1,8 @@
 """The hidden states after a causal model's first D decoder layers: where input distillation matches.
 
-A model reads a word of several pieces into one vector in its first layers: at the word's last
-piece, the early residual stream already stands for the whole word, and the layers above read that
-(Feucht et al. 2024, "Token Erasure"; Kaplan et al. 2024, "From Tokens to Words"). So a new token
-whose hidden states after D early layers match the pieces' (at its position and every position
-that follows) gives the later layers what the pieces gave them, and distillation need not run the
-later layers at all: each step runs D layers forward and backward instead of all of them.
-
-`LayerTap` hooks the D-th decoder layer: it keeps that layer's output read through the model's own
-final norm (what the output layer reads after the last layer; the raw residual stream's scale grows
-with depth, and a few of its dimensions are orders of magnitude larger than the rest, which an
-unweighted error would chase), and, when asked, stops the forward there. On SmolLM2-135M matched
-after 6 of 30 layers, the rows' held-out loss at the last layer was 0.054 through the final norm and
-0.061 with the norm's weights left out (unit root-mean-square per position). The decoder layers and
-the final norm are found by their place in the base model (`decoder_layers`, `final_norm`).
+A model reads a multi-piece word into one vector in its first layers, so matching the states after D
+layers gives the later layers what the pieces gave them, and each step runs D layers only. `LayerTap`
+hooks the D-th layer, reads its output through the model's final norm and can stop the forward there.
 """
 
 from __future__ import annotations

@@ -1,27 +1,9 @@
-"""`--init fitted` on a masked-LM head: the new decoder rows and bias entries, fitted on masked positions.
+"""The fitted init on a masked-LM head: the new decoder rows and bias entries, fitted on masked positions.
 
-A masked-LM head (BertForMaskedLM: logits = t . E^T + bias, t the head's transform of the last hidden
-state). The new rows and bias entries are fitted on masked positions (`fit_head_rows`): each
-occurrence of a new word in the contexts becomes one [MASK] in the new tokenization (the other new
-tokens read as the distilled input rows), the frozen model gives t and the old log-partition log Z
-there, and the ideal is the old distribution with a mass q moved onto the new token j (q = 1 with a
-corpus, the corpus is right; without one, q = p_old(word), the product of its pieces' probabilities,
-all masked and read left to right in the old tokenization). With s = t . W^T + b the new logits,
-
-    CE(ideal || p_new) = log(1 + sum_j exp(s_j - log Z)) - q s_j* + const,
-
-convex in (W, b); old text (unmasked packaged text, its even paragraphs) adds positions with q = 0,
-weighted `old_text_weight`, and an L2 pulls W toward its start (in logit units, as the causal output
-fit) and b toward the mean bias. The decoder of BERT is tied to the input embedding (`--untie`
-refuses BERT), so, as the causal fit does for tied rows, the one row is fitted for the output from
-and toward the input row (here the distilled one), at the weight MLM_L2_TIED; an untied decoder is
-fitted from and toward its `output_start` prior. Last, the new bias entries are lowered by the smallest
-shift that keeps the masked-LM KL(p_old || p_new) on unmasked held-out packaged text (its odd
-paragraphs) within the limits (`bias_shrink`), so the bound holds by construction there, whatever
-the fit did.
-
-fitted_encoder.py distills the input rows first and hands the head to `fit_head`; `enc` there is its
-frozen encoder (`fitted_encoder._Encoder`: the model, its body, the input rows E, n, device, max_len).
+With s = t . W^T + b the new logits at a [MASK] (t the head's transform), the objective
+log(1 + sum_j exp(s_j - log Z)) - q s_j* is convex in (W, b); old text adds q = 0 positions and an L2
+pulls toward the start. The new biases are then lowered by the smallest shift that keeps the held-out
+masked-LM KL within its limits (`bias_shrink`). Details: docs/internals.md.
 """
 
 from __future__ import annotations
@@ -32,11 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .common import (ENCODER_WINDOW, FIT_KL_P99, FitOptions, FitResult, FitToken, Window, kl_figures,
-                         output_prior, pad_batch)
-from ..init import kl_bound
+from .common import (ENCODER_WINDOW, FIT_KL_P99, FitOptions, FitResult, FitToken, Window, bisect, lbfgs,
+                     new_token_embeds, output_prior, pad_batch)
+from ..kl import kl_added_mass, kl_bound, kl_figures, meets_limits
 from ..progress import Steps
-from ..runtime import encode, read_corpus, special_ends
+from ..runtime import encode, paragraphs, read_corpus, special_ends
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +72,7 @@ def old_text_head(enc, tok, parity: int, max_tokens: int, masked: bool = False, 
     step = min(enc.max_len, ENCODER_WINDOW) - len(head) - len(tail)
     ts, logz, used = [], [], 0
     with io:
-        for i, para in enumerate(p for p in text.split("\n\n") if p.strip()):
+        for i, para in enumerate(paragraphs(text)):
             if i % 2 != parity or used >= max_tokens:
                 continue
             ids = encode(tok, para)[:step]
@@ -148,12 +130,8 @@ def _head_pass(enc, io: _DecoderIO, seqs: list[list[int]], R):
     import torch
 
     ids, mask = pad_batch(seqs, enc.pad, enc.device)
-    emb = enc.E[ids.clamp(max=enc.n - 1)]
-    new = (ids >= enc.n).nonzero(as_tuple=True)
-    if new[0].numel():
-        emb = emb.index_put(new, R[ids[new] - enc.n])
     with torch.no_grad():
-        enc.model(inputs_embeds=emb, attention_mask=mask)
+        enc.model(inputs_embeds=new_token_embeds(enc.model.get_input_embeddings(), ids, R), attention_mask=mask)
     return io.last()
 
 
@@ -282,29 +260,18 @@ def fit_head_rows(masked: MaskedData, old_t, old_logz, prior, b0, l2: float, old
     b0 = torch.as_tensor(b0, dtype=torch.float64)
     W = prior.clone().requires_grad_(True)
     b = b0.clone().requires_grad_(fit_bias)
-    params = [W, b] if fit_bias else [W]
-    opt = torch.optim.LBFGS(params, lr=1.0, max_iter=steps, history_size=20, line_search_fn="strong_wolfe",
-                            tolerance_grad=1e-10, tolerance_change=1e-12)
-    calls = [0]
     rows = torch.arange(len(j))
 
-    def closure():
-        opt.zero_grad()
+    def objective():
         s = t @ W.T + b  # (Q, k)
-        obj = (torch.logaddexp(logz, s.logsumexp(-1)) - logz).sum() - (q * s[rows, j]).sum()
+        obj = kl_added_mass(s.logsumexp(-1) - logz).sum() - (q * s[rows, j]).sum()
         if ot.numel():
             so = ot @ W.T + b
-            obj = obj + (ow * (torch.logaddexp(oz, so.logsumexp(-1)) - oz)).sum()
-        obj = obj + 0.5 * lam * ((W - prior) ** 2).sum() + 0.5 * l2 * ((b - b0) ** 2).sum()
-        obj.backward()
-        calls[0] += 1
-        say("masked-LM head", min(calls[0], steps), steps)
-        return obj
+            obj = obj + (ow * kl_added_mass(so.logsumexp(-1) - oz)).sum()
+        return obj + 0.5 * lam * ((W - prior) ** 2).sum() + 0.5 * l2 * ((b - b0) ** 2).sum()
 
-    if len(j) and steps > 0:
-        opt.step(closure)
-    say("masked-LM head", steps, steps)
-    return W.detach(), b.detach(), calls[0]
+    calls = lbfgs([W, b] if fit_bias else [W], objective, steps if len(j) else 0, say, "masked-LM head")
+    return W.detach(), b.detach(), calls
 
 
 def new_token_figures(masked: MaskedData, W, b) -> dict:
@@ -325,9 +292,8 @@ def new_token_figures(masked: MaskedData, W, b) -> dict:
 
 
 def _kl(lse_minus_logz: np.ndarray, shift: float) -> np.ndarray:
-    """KL(p_old || p_new) per position when the new logits' log-sum-exp, less the old log-partition, is
-    `lse_minus_logz - shift`: the new tokens only add mass, so KL = log(1 + their mass / Z_old)."""
-    return np.log1p(np.exp(lse_minus_logz - shift))
+    """KL(p_old || p_new) per position when the new biases are lowered by `shift`."""
+    return kl_added_mass(lse_minus_logz - shift)
 
 
 def bias_shrink(logits: np.ndarray, logz: np.ndarray, bias, limit_mean: float, limit_p99: float,
@@ -353,8 +319,7 @@ def bias_shrink(logits: np.ndarray, logz: np.ndarray, bias, limit_mean: float, l
 
     def meets(d: float) -> bool:
         for x in [delta, *others]:
-            kl = _kl(x, d)
-            if kl.size and (kl.mean() > limit_mean or np.quantile(kl, 0.99) > limit_p99):
+            if not meets_limits(_kl(x, d), limit_mean, limit_p99):
                 return False
         return True
 
@@ -362,14 +327,9 @@ def bias_shrink(logits: np.ndarray, logz: np.ndarray, bias, limit_mean: float, l
     if meets(0.0):
         return 0.0, before, before
     hi = 1.0
-    while not meets(hi):
+    while not meets(hi) and hi < 1e9:  # a NaN figure never meets: stop doubling
         hi *= 2
-    lo = 0.0
-    for _ in range(iters):
-        if hi - lo < 1e-3:
-            break
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if meets(mid) else (mid, hi)
+    hi = bisect(meets, good=hi, bad=0.0, iters=iters, tol=1e-3)
     return hi, before, _kl(delta, hi)
 
 

@@ -1,17 +1,9 @@
 """The frozen start of each distillation window, run once: its keys and values, reused at every step.
 
-Input distillation (distill.distill_input_rows) runs the causal model over every window in its new
-tokenization at each Adam step. The positions before a window's first new token read old ids only,
-so their keys and values are the same at every step: computing them once, then running each step on
-the rest of the window (from the first new token) is exact, the same attention over the same keys
-and values, and the forward and backward cover only the positions that change. On SmolLM2-135M
-with the fitting bench's windows (bench/domain.py, 32 tokens) the first new token is at 11 of 27
-positions on average.
-
-transformers' cache API differs between versions (`cache=` and `past_key_values=`, per-layer objects
-or legacy tuples) and between architectures, so nothing here is trusted blindly: `PrefixCache.agrees`
-compares the cached pass with the full one on a batch and the fit runs full windows when they
-differ or when the model cannot take a cache (logged; the rows are the same either way).
+Positions before a window's first new token read old ids only, so their keys and values are the same at
+every Adam step; each step then runs from the first new token on, exactly. Cache APIs differ between
+transformers versions and architectures, so `PrefixCache.agrees` checks the cached pass against the full
+one and the fit falls back to full windows when they differ.
 """
 
 from __future__ import annotations
@@ -47,8 +39,17 @@ def window_prefixes(output, keep: dict[int, int], rows: list[int]) -> dict[int, 
     """{window: [(keys, values)] per layer of its first `keep[window]` positions} from the cache a
     forward over a right-padded batch returned (`output`); `rows[b]` is the window in row b. A
     causal model's real positions never read the padding, so a prefix's keys and values are the
-    ones a pass over that prefix alone gives."""
+    ones a pass over that prefix alone gives.
+
+    Raises:
+        ValueError: a layer's cache holds fewer positions than the pass ran (a sliding-window layer,
+            as Gemma's, keeps only its last window): its first positions are not there to keep.
+    """
     layers = _layers(returned_cache(output))
+    ran = output.last_hidden_state.shape[1]
+    if any(k.shape[2] != ran for k, _ in layers):
+        raise ValueError(f"the cache holds {min(k.shape[2] for k, _ in layers)} of the {ran} positions run "
+                         "(a sliding-window layer keeps only its window)")
     return {i: [(k[b, :, :keep[i]].clone(), v[b, :, :keep[i]].clone()) for k, v in layers]
             for b, i in enumerate(rows) if i in keep}
 
@@ -129,10 +130,9 @@ def full_hidden(base_model, embeds, mask, starts: list[int]):
     the backward finite where a position's hidden state is exactly 0 in every layer: a first
     position whose embedding row is 0 (transformers zeroes the pad_token_id row of a new model; a
     random model whose pad is its BOS starts every window with it). Each norm's backward at 0
-    multiplies by 1/sqrt(eps) (316 at eps 1e-5), so that position's gradient grew ~70x a layer on
-    a random 30-layer SmolLM2-shaped model, from the top down, and overflowed float32 at layer 6; the
-    attention backward then spread it (0 * inf at masked entries) to every position and every new
-    row (bench/nan_repro.py).
+    multiplies by 1/sqrt(eps), so on a deep model that position's gradient overflows float32 from the
+    top down, and the attention backward spreads it (0 * inf at masked entries) to every position and
+    every new row (tools/nan_repro.py; bench/RESULTS.md).
     """
     import torch
 

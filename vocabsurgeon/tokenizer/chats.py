@@ -29,13 +29,16 @@ CHATS: tuple[tuple[tuple[str, str], ...], ...] = (
 )
 
 
-def chat_template(directory: str | Path) -> str | None:
-    """The checkpoint's chat template (chat_template.jinja, or tokenizer_config.json's `chat_template`)."""
+def chat_template(directory: str | Path, tokenizer_config: dict | None = None) -> str | None:
+    """The checkpoint's chat template (chat_template.jinja, or tokenizer_config.json's `chat_template`);
+    `tokenizer_config`: that file as already read (it is then not read again)."""
     directory = Path(directory)
     if (directory / CHAT_TEMPLATE_FILES[0]).is_file():
         return (directory / CHAT_TEMPLATE_FILES[0]).read_text(encoding="utf-8")
     cfg = directory / TOKENIZER_CONFIG
-    template = read_json(cfg).get("chat_template") if cfg.is_file() else None
+    if tokenizer_config is None and cfg.is_file():
+        tokenizer_config = read_json(cfg)
+    template = (tokenizer_config or {}).get("chat_template")
     if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
         named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
         template = named.get("default") or next(iter(named.values()), None)
@@ -74,20 +77,24 @@ def render_chats(tok, generation_prompt: bool = False) -> list[tuple[str, list[s
     return out
 
 
-def chat_samples(directory: str | Path) -> list[str]:
+def chat_samples(directory: str | Path, tokenizer_config: dict | None = None, loaded=None) -> list[str]:
     """The checkpoint's chat template rendered by transformers with the sample conversations
     (CHATS), whole and as prompts ending in the generation prompt; [] without a chat template.
+    `tokenizer_config`: that file as already read; `loaded`: returns the tokenizer as AutoTokenizer
+    loads it (None when it cannot), so a caller that has it does not load it again.
 
     Example:
         >>> chat_samples("fixtures/gpt2-tiny")  # no chat template
         []
     """
-    if chat_template(directory) is None:
+    if chat_template(directory, tokenizer_config) is None:
         return []
     try:
         from transformers import AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(str(directory), trust_remote_code=False)
+        tok = loaded() if loaded is not None else AutoTokenizer.from_pretrained(str(directory), trust_remote_code=False)
+        if tok is None:
+            raise ValueError("AutoTokenizer could not load it")
     except Exception as e:  # transformers' loader raises many types; the template is then not checked
         logger.warning("%s: cannot load the tokenizer with transformers to render its chat template (%s: %s)",
                        directory, type(e).__name__, e)

@@ -1,19 +1,11 @@
 """A new word in context: the one table of texts in which a new word must be one token.
 
-"A new word is one token wherever it occurs, and text decodes as before" is checked three times,
-with three tokenizers: by the plan on the edited tokenizer built in memory (`TokenizerEditor`; a
-word that fails is skipped with the reason), after writing on the reloaded file (`verify_tokenizer`;
-a failure is a bug), and by validation through transformers (`validate.tokenization_check`). Each
-takes its contexts from CONTEXTS and its verdicts from `misses`, so the three cannot drift apart.
-
-A *soft* context does not skip a word: where a pre-tokenizer joins "(" or '"' to the letters
-(Llama 3's "(striped"), no entry can make the word one token there without changing old text, so
-the word keeps its old pieces there and the plan reports the context (`contexts_not_one_token`).
+The plan, the post-write check and validation all take their contexts from CONTEXTS and their verdicts
+from `misses`. A *soft* context (after "(" or a quote) does not skip a word; it is reported.
 
     >>> [c.text for c in cases(["Frodo"], names=CORE)]
     ['Frodo', ' Frodo']
-    >>> m = misses(cases(["Frodo"], names=CORE), [[7], [0, 7]], {"Frodo": {7}}, lead=0)
-    >>> m
+    >>> misses(cases(["Frodo"], names=CORE), [[7], [0, 7]], {"Frodo": {7}}, lead=0)
     [(1, 'Frodo')]
 """
 

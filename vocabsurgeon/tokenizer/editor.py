@@ -1,31 +1,10 @@
 """Adding tokens to a checkpoint's tokenizer so new words behave like native words, per family.
 
-Plain `add_tokens` makes an *added token* "Frodo", matched before pre-tokenization: on byte-level
-BPE " Frodo" then costs "Ġ" + "Frodo", on SentencePiece "▁" + "Frodo" (and "Frodo, and" decodes
-as "Frodo , and"). vocabsurgeon gives every word two entries, the bare form ("Frodo": sentence
-start, after punctuation) and the word-start form (" Frodo": after a space), by the mechanisms
-that each family, and every loader of it, honours: one record per family in `families/` (how a
-word becomes entries, or why it is skipped), one shared plan loop here (ids, reserved rows,
---special, skipped words). The plan builds the edited tokenizer in memory and checks every word
-in every context, and that the rendered chat template keeps its ids (`chat_samples`); a word that
-fails is skipped with its reason, so no word ends a run and --dry-run says what the run does.
-
-A word the pre-tokenizer splits (e.g. "C++" on WordPiece, "Minas Tirith" on Unigram) falls
-back to added tokens. Added tokens survive every loader: transformers 5's model-specific classes
-(GPT2Tokenizer, Qwen2Tokenizer, LlamaTokenizer, T5Tokenizer, BertTokenizer) rebuild the backend
-from vocab, merges and scores with hard-coded options, so model options like `ignore_merges` are
-dropped, while added tokens, vocab entries and Unigram scores are kept.
-
-Every new token also goes into the model vocabulary at its id, because on load the ids of
-`added_tokens` are not authoritative: the library reassigns ids to tokens missing from the model.
-New ids may start past the tokenizer's size (rows reserved or padded in the embedding): dict
-vocabularies (BPE, WordPiece) simply have a gap; a Unigram vocabulary is a list indexed by id, so
-the gap is filled with placeholder pieces that contain a space, which pre-tokenized text never
-does, scored below every real piece: they are never produced and keep their rows' old meaning.
-
-One concept, hence one module over 600 lines: the editor (`TokenizerEditor`: open, plan, write)
-and the re-read of what it wrote (`verify_tokenizer`). The families' knowledge lives in
-`families/`, the contexts a word is checked in in `contexts.py`, the chat samples in `chats.py`.
+Every word gets its bare form and its word-start form by the mechanism its family (a record in
+`families/`) and every loader honour; one plan loop here gives ids, reserved rows and --special, builds
+the edited tokenizer in memory and checks each word in every context (`contexts.py`) and the chat
+template (`chats.py`): a word that fails is skipped with its reason. `verify_tokenizer` re-reads what
+was written. Details: docs/internals.md.
 """
 
 from __future__ import annotations
@@ -335,7 +314,7 @@ class TokenizerEditor:
         if start < self.size:
             raise InputError(f"new ids must start at or after {self.size}, the tokenizer's size; got {start}")
         new, skipped, notes = self._draft(words, special)
-        chat = chat_samples(self.dir) if chat is None else chat
+        chat = chat_samples(self.dir, self.config, self.as_loaded) if chat is None else chat
         failed: dict[str, str] = {}
         while True:
             plan = self._numbered(new, skipped, notes, start, reuse)
@@ -546,25 +525,31 @@ class TokenizerEditor:
         `_loaded_class` is then the class AutoTokenizer picked."""
         if not hasattr(self, "_loaded_original"):
             self._loaded_class: str | None = None
-            self._loaded_instance = None
+            loaded = self.as_loaded()
+            self._loaded_original = None
+            if loaded is not None:
+                self._loaded_original = unpadded(Tokenizer.from_str(loaded.backend_tokenizer.to_str()))
+                self._loaded_class = type(loaded).__name__
+        return self._loaded_original
+
+    def as_loaded(self):
+        """The original as `AutoTokenizer` loads it (loaded once per editor, never modified here), or None
+        when transformers cannot load it. The plan, its chat samples and validation share it."""
+        if not hasattr(self, "_as_loaded"):
             try:
                 from transformers import AutoTokenizer
 
-                loaded = AutoTokenizer.from_pretrained(str(self.dir), trust_remote_code=False)
-                self._loaded_original = unpadded(Tokenizer.from_str(loaded.backend_tokenizer.to_str()))
-                self._loaded_class = type(loaded).__name__
-                self._loaded_instance = loaded
+                self._as_loaded = AutoTokenizer.from_pretrained(str(self.dir), trust_remote_code=False)
             except Exception as e:  # transformers raises many types; then every difference counts
                 logger.info("transformers cannot load %s (%s: %s)", self.dir, type(e).__name__, e)
-                self._loaded_original = None
-        return self._loaded_original
+                self._as_loaded = None
+        return self._as_loaded
 
     def _class_defaults(self) -> dict:
         """`class_defaults` of the input: what the tokenizer AutoTokenizer loads sets that tokenizer_config.json
         does not (the class named there where transformers cannot load it)."""
-        self._original_as_loaded()
         cfg = self.config or {}
-        return class_defaults(cfg.get("tokenizer_class"), cfg, self._loaded_instance)
+        return class_defaults(cfg.get("tokenizer_class"), cfg, self.as_loaded())
 
     def _built_pipeline(self) -> dict | None:
         """The normalizer, pre-tokenizer and decoder of the original as transformers builds it on load, or None."""
@@ -682,7 +667,7 @@ class TokenizerEditor:
     def edited(self, plan: TokenizerPlan) -> dict:
         """The tokenizer.json object with the plan applied (self.data is left as it was)."""
         # Copy only what changes (the top level, the model, its vocab, the added tokens): a deep copy
-        # of a 128k-entry tokenizer costs 0.3 s; merges (copied only when one is appended) and the
+        # of a 128k-entry tokenizer is slow; merges (copied only when one is appended) and the
         # rest are shared, never modified.
         data = dict(self.data)
         model = data["model"] = dict(data["model"])

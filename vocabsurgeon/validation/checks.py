@@ -15,6 +15,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from ..kl import kl_figures, within_bound
+
 
 def over(value: float | None, limit: float) -> bool:
     """Whether a measured figure breaks its limit; NaN (and None) break every limit."""
@@ -71,18 +73,13 @@ class KLCheck(Check):
     limit_p99: float = 0.0
 
     @classmethod
-    def measure(cls, kl: np.ndarray, bound: float, limit_mean: float, limit_p99: float, **extra) -> KLCheck:
+    def from_kl(cls, kl: np.ndarray, bound: float, limit_mean: float, limit_p99: float, **extra) -> KLCheck:
         """The figures of a per-position KL array; NaN positions make mean, p99 and max NaN."""
-        kl = np.asarray(kl, dtype=np.float64)
-        if kl.size == 0:
-            return cls(mean=0.0, p99=0.0, max=0.0, bound=bound, within_bound=True, positions=0,
-                       limit_mean=limit_mean, limit_p99=limit_p99, **extra)
-        finite = bool(np.isfinite(kl).all())
-        mx = float(kl.max()) if finite else float("nan")
-        return cls(mean=float(kl.mean()) if finite else float("nan"),
-                   p99=float(np.quantile(kl, 0.99)) if finite else float("nan"), max=mx, bound=bound,
-                   within_bound=finite and mx <= bound * (1 + 1e-6) + 1e-12, positions=int(kl.size),
-                   limit_mean=limit_mean, limit_p99=limit_p99, **extra)
+        f = kl_figures(kl)
+        if not f["positions"]:
+            f.update(mean=0.0, p99=0.0, max=0.0)
+        return cls(**f, bound=bound, within_bound=within_bound(f["max"], bound), limit_mean=limit_mean,
+                   limit_p99=limit_p99, **extra)
 
     def failures(self) -> list[str]:
         if not self.applicable:

@@ -1,4 +1,4 @@
-"""What validation computes with the models: the one body of one-pass and two-pass (`measure`).
+"""What validation computes with the models: the one body of one-pass and two-pass (`run_models`).
 
 validate.py decides which checkpoints to load and which checks apply; this module runs them: the KL
 per position, the old outputs, seeded sampling, greedy chat answers and the bits per byte of the
@@ -19,6 +19,8 @@ import numpy as np
 from ..errors import InputError
 from .checks import GreedyChatCheck, SamplingCheck, UsabilityCheck
 from ..progress import Progress
+from ..kl import kl_per_position
+from ..runtime import paragraphs
 from ..runtime import (
     LoadedModel,
     ModelKind,
@@ -26,7 +28,6 @@ from ..runtime import (
     context_length,
     corpus_windows,
     encode,
-    kl_per_position,
     loaded_model,
 )
 
@@ -88,7 +89,7 @@ def _bits(model: LoadedModel, seqs: list[list[int]], start: int, new: NewIds | N
 
 def usability_texts(text: str, new_tok, new: NewIds, max_tokens: int) -> list[str]:
     out, used = [], 0
-    for p in (p for p in text.split("\n\n") if p.strip()):
+    for p in paragraphs(text):
         ids = encode(new_tok, p)
         if any(t in new for t in ids) and used < max_tokens:
             out.append(p)
@@ -253,7 +254,7 @@ def _check_rows(got: int, want: int, path: Path) -> None:
         raise InputError(f"{path}: the model has {got} output rows but config says {want}")
 
 
-def measure(base: Path | None, new: Path, kind: ModelKind, device: str, inp: Inputs, old_tok, new_tok,
+def run_models(base: Path | None, new: Path, kind: ModelKind, device: str, inp: Inputs, old_tok, new_tok,
              progress: Progress) -> Measured:
     """Run the expanded model NEW, after the original BASE when one is given (two passes), and measure
     what applies to `kind`.

@@ -1,13 +1,7 @@
 """The validation report as a record: what `validate_checkpoint` returns and `vocabsurgeon_report.json` holds.
 
-The pipeline, the model card and the CLI read it by attribute (`report.passed`, `report.check("kl")`);
-`to_dict()` is the JSON, key for key and in the order the README documents, and `from_dict()` reads
-a stored report back (a report of an older version, with fewer keys, too). Like transformers'
-`ModelOutput`, the record also reads as that dict (`report["kl"]["mean"]`), so code written against
-the JSON keeps working.
-
-Each check is a record of `checks.py` that can say "not run" with its reason (`applicable=False`);
-`skipped` lists, in words, what a model of this kind could not run.
+Read by attribute (`report.passed`, `report.check("kl")`) or, like transformers' `ModelOutput`, as the
+dict (`report["kl"]["mean"]`); `to_dict()` is the JSON, `from_dict()` reads a stored report back.
 
     >>> r = Report.pending({"input": "ckpt/"})
     >>> r.interrupted, r.passed, r.to_dict()["add"]

@@ -1,31 +1,9 @@
-"""Validation of an expanded checkpoint against its original: orchestration and the report.
+"""Validation of an expanded checkpoint against its original: which checks run, and the report.
 
-The checks (records in `checks.py`), all on a held-out corpus (default: `vocabsurgeon/data/corpus.txt`,
-a few KB of prose, dialogue, numbers and code) and, when the tokenizer has a chat template, on a
-few conversations rendered with it:
-
-- Finite rows: no row of a vocabulary-sized tensor holds NaN or Inf (read from the files, before
-  any model runs: a NaN row makes every output NaN).
-- KL spot check: the text is tokenized with the ORIGINAL tokenizer (so it holds no new token); at
-  every position KL(p_old || p_new) in float64 with logsumexp, p_new over the full new softmax.
-  Mean init guarantees KL <= log(1 + k/n). Chat-template text is reported apart (`kl_chat`).
-- Old logits: the old-vocabulary slice of the new logits must equal the old logits.
-- Sampling: seeded samples after plain prompts (fraction of new tokens) and after prompts that end
-  in a new token (how often the model gets stuck repeating it).
-- Chat greedy: greedy answers to chat prompts, each model with its own tokenizer (what a chat user
-  sees), must be the same where the answer involves no new word.
-- Tokenization: old text and chat-template text keep their ids, each new word is one token, decode
-  as before.
-- Usability (reported): bits per byte on the corpus paragraphs that use the new words.
-
-Two ways to get the old model's outputs (`method` in the report):
-
-- one-pass: when the new checkpoint came from the base by `add` (config equal but for the vocabulary
-  size, every other tensor byte-identical, the old rows of every grown tensor bit-identical, checked
-  from the files without loading), the new model's hidden states on old ids ARE the base model's,
-  so the old logits are the first n columns of the new logits. Only the new model is loaded and run:
-  half the time and memory, and the KL is exact.
-- two-pass: any other pair; both models are loaded, one after the other, and run on the same ids.
+The checks are records in `checks.py`, measured by `measure.py` on a held-out corpus and chat samples:
+finite rows, KL(p_old || p_new) per position, old logits, sampling, chat greedy, tokenization, bits per
+byte. One pass when the output came from the base by `add` (its old logits are the new logits' first n
+columns), else two. Details: docs/internals.md.
 """
 
 from __future__ import annotations
@@ -41,7 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..checkpoint.architectures import text_config
-from ..checkpoint.reader import Checkpoint, read_json, rows_kept
+from ..checkpoint.reader import Checkpoint, rows_kept
 from .checks import (
     ChatKLCheck,
     Check,
@@ -51,17 +29,19 @@ from .checks import (
     SamplingCheck,
     TokenizationCheck,
 )
-from ..errors import InputError, ValidationFailed
+from ..errors import InputError
 from ..checkpoint.filenames import CONFIG_NAME, REPORT_NAME  # noqa: F401 (REPORT_NAME: re-exported)
 from ..checkpoint.hub import resolve_checkpoints
-from ..init import kl_bound
+from ..kl import kl_bound
 from .plot import figure, require_plot
 from ..progress import Progress
-from .measure import Inputs, Measured, NewIds, greedy_check, measure, usability_check, usability_texts
+from .measure import Inputs, Measured, NewIds, greedy_check, run_models, usability_check, usability_texts
 from .report import Report
+from ..devices import check_device
+from ..runtime import paragraphs as corpus_paragraphs
 from ..runtime import (
+    without_padding,
     ModelKind,
-    check_device,
     encode,
     load_tokenizer,
     model_kind,
@@ -79,7 +59,6 @@ __all__ = [
     "Thresholds",
     "derived_by_add",
     "read_corpus",
-    "validate_added",
     "validate_checkpoint",
 ]
 
@@ -186,7 +165,7 @@ def tokenization_check(old_tok, new_tok, text: str, new: NewIds, new_ids: list[i
     a rendered conversation whose messages use no new word must keep its ids (a template word that
     became a new token, e.g. `assistant`, changes every chat prompt).
     """
-    paragraphs = [p for p in text.split("\n\n") if p.strip()]
+    paragraphs = corpus_paragraphs(text)
     changed, round_trip, with_new = [], [], 0
     for i, p in enumerate(paragraphs):
         a, b = encode(old_tok, p), encode(new_tok, p)
@@ -236,20 +215,22 @@ def tokenization_check(old_tok, new_tok, text: str, new: NewIds, new_ids: list[i
     )
 
 
-def _config(path: Path) -> dict:
+def _opened(ckpt: Checkpoint | str | os.PathLike) -> Checkpoint:
+    """The checkpoint record itself, or the directory opened into one (its config read with it)."""
+    if isinstance(ckpt, Checkpoint):
+        return ckpt
+    path = Path(ckpt)
+    if not (path / CONFIG_NAME).is_file():
+        raise InputError(f"{path / CONFIG_NAME}: missing; pass a Hugging Face checkpoint directory")
+    return Checkpoint.open(path)
 
-    cfg_path = path / CONFIG_NAME
-    if not cfg_path.is_file():
-        raise InputError(f"{cfg_path}: missing; pass a Hugging Face checkpoint directory")
-    return read_json(cfg_path)
 
-
-def _vocab_rows(path: Path) -> int:
+def _vocab_rows(ckpt: Checkpoint) -> int:
     """Rows of the output softmax from config.json (text_config when nested)."""
 
-    v = text_config(_config(path)).get("vocab_size")
+    v = text_config(ckpt.config).get("vocab_size")
     if not isinstance(v, int) or v < 1:
-        raise InputError(f"{path / 'config.json'}: no integer vocab_size; cannot tell old rows from new ones")
+        raise InputError(f"{ckpt.path / CONFIG_NAME}: no integer vocab_size; cannot tell old rows from new ones")
     return v
 
 
@@ -263,11 +244,11 @@ def _reused_ids(old_tok, new_tok, n: int) -> list[int]:
     return sorted(i for t, i in new_tok.get_vocab().items() if i < n and old.get(i) != t)
 
 
-def finite_rows(path: Path, rows: int) -> FiniteRowsCheck:
+def finite_rows(ckpt: Checkpoint | str | os.PathLike, rows: int) -> FiniteRowsCheck:
     """Scan every vocabulary-sized tensor (first dimension `rows`: embeddings, lm_head, biases) of
     the checkpoint for rows holding NaN or Inf, streaming from the files."""
 
-    ckpt = Checkpoint.open(path)
+    ckpt = _opened(ckpt)
     try:
         names = [t.name for t in ckpt.tensors.values() if t.shape and t.shape[0] == rows
                  and t.dtype in ("F16", "BF16", "F32", "F64")]
@@ -302,7 +283,7 @@ def _without_vocab_size(cfg: dict) -> dict:
     return cfg
 
 
-def derived_by_add(base: str | os.PathLike, new: str | os.PathLike) -> Relation:
+def derived_by_add(base: Checkpoint | str | os.PathLike, new: Checkpoint | str | os.PathLike) -> Relation:
     """Check from the files, without loading a model, that `new` is `base` with rows appended.
 
     True when the configs are equal but for the vocabulary size, `new` has the same tensors as
@@ -311,10 +292,10 @@ def derived_by_add(base: str | os.PathLike, new: str | os.PathLike) -> Relation:
     the base model's hidden states on old ids, and its first n logits are the base model's.
     """
 
-    base, new = Path(base), Path(new)
-    if _without_vocab_size(_config(base)) != _without_vocab_size(_config(new)):
+    a, b = _opened(base), _opened(new)
+    base, new = a.path, b.path
+    if _without_vocab_size(a.config) != _without_vocab_size(b.config):
         return Relation(False, "the configs differ in more than the vocabulary size")
-    a, b = Checkpoint.open(base), Checkpoint.open(new)
     try:
         if set(a.tensors) != set(b.tensors):
             diff = sorted(set(a.tensors) ^ set(b.tensors))
@@ -350,13 +331,11 @@ class Estimate(NamedTuple):
         return f"about {self.tokens:,} tokens through a {size}-parameter model, roughly {when}"
 
 
-def estimate(path: Path, tokens: int, device: str) -> Estimate:
-    """Seconds to load and run `tokens` through the model at `path`, from its parameter count (no load)."""
+def estimate(ckpt: Checkpoint, tokens: int, device: str) -> Estimate:
+    """Seconds to load and run `tokens` through the model `ckpt`, from its parameter count (no load)."""
 
-    ckpt = Checkpoint.open(path)
     params = sum(math.prod(t.shape) for t in ckpt.tensors.values())
     nbytes = ckpt.total_size
-    ckpt.close()
     flops = GPU_FLOPS if device.startswith("cuda") else CPU_FLOPS
     load = nbytes / 400e6  # read and widen to float32, about 400 MB/s
     return Estimate(params, tokens, load + 2.0 * params * tokens / flops)
@@ -391,6 +370,8 @@ def validate_checkpoint(
     method: str = "auto",
     revision: str | None = None,
     token: str | None = None,
+    base_checkpoint: Checkpoint | None = None,
+    base_tokenizer=None,
 ) -> Report:
     """Compare the expanded checkpoint `new` with its original `base`; returns the report.
 
@@ -412,6 +393,8 @@ def validate_checkpoint(
         revision: the Hub revision of whichever of `base` and `new` is a repo id (of both when both
             are); refused when both are local directories.
         token: the Hub token (None: HF_TOKEN or the stored login).
+        base_checkpoint, base_tokenizer: `base` already opened, and its tokenizer as AutoTokenizer loads it
+            (`add`'s plan has both), so neither is read again.
 
     Returns:
         A `report.Report` (it reads as the dict of its JSON too): `passed`, `failures` (why not, in
@@ -443,13 +426,18 @@ def validate_checkpoint(
     sources = dict(zip(("base", "new"), resolve_checkpoints([base, new], revision=revision, token=token)))
     names = {key: s.name for key, s in sources.items()}  # the repo id, else the directory
     base, new = sources["base"].path, sources["new"].path
-    n, rows_new = _vocab_rows(base), _vocab_rows(new)
+    # Each checkpoint is opened once (config, index, headers) and read from that record from here on;
+    # `base_checkpoint` is the one `add` already opened.
+    base_ck = base_checkpoint if base_checkpoint is not None and base_checkpoint.path == Path(base) else _opened(base)
+    new_ck = _opened(new)
+    n, rows_new = _vocab_rows(base_ck), _vocab_rows(new_ck)
     no_new_rows = InputError(
         f"{names['new']}: vocab_size is {rows_new}, not more than the {n} of {names['base']}; pass the original "
         "first and the expanded checkpoint second")
     if rows_new < n:
         raise no_new_rows
-    old_tok, new_tok = load_tokenizer(base), load_tokenizer(new)
+    old_tok = without_padding(base_tokenizer) if base_tokenizer is not None else load_tokenizer(base)
+    new_tok = load_tokenizer(new)
     if new_token_ids is None:
         new_token_ids = sorted(i for i in new_tok.get_vocab().values() if i >= n) + _reused_ids(old_tok, new_tok, n)
     new_token_ids = [i for i in new_token_ids if i < rows_new]
@@ -475,12 +463,12 @@ def validate_checkpoint(
     lim_mean, lim_p99 = max(th.max_kl_mean, bound), max(th.max_kl_p99, bound)
 
     progress.stage("finite rows")
-    finite = finite_rows(new, rows_new)
+    finite = finite_rows(new_ck, rows_new)
     ran = kind.task is not None and not finite.nonfinite_count
     if method == "two-pass":
         relation = Relation(False, "two-pass was asked for")
     elif ran or method == "one-pass":  # reads both checkpoints: only when a model will run
-        relation = derived_by_add(base, new)
+        relation = derived_by_add(base_ck, new_ck)
     else:
         relation = Relation(False, "no model was run")
     if method == "one-pass" and not relation.derived:
@@ -494,8 +482,8 @@ def validate_checkpoint(
     if ran:
         passes = 1 if relation.derived else 2
         tokens = passes * (min(max_tokens, len(inp.corpus_ids)) + sum(map(len, inp.chat_old))) + 600
-        progress.stage(f"{used} ({relation.reason}): {estimate(new, tokens, device).describe()}")
-        m = measure(None if relation.derived else base, new, kind, device, inp, old_tok, new_tok, progress)
+        progress.stage(f"{used} ({relation.reason}): {estimate(new_ck, tokens, device).describe()}")
+        m = run_models(None if relation.derived else base, new, kind, device, inp, old_tok, new_tok, progress)
     for what in skipped:
         logger.warning("%s: %s", new, what)
 
@@ -506,9 +494,9 @@ def validate_checkpoint(
     no_chat = "the tokenizer has no chat template" if not chats else reason
     checks: list[Check] = [
         finite,
-        KLCheck.measure(m.kl, bound, lim_mean, lim_p99) if m.kl is not None else KLCheck(
+        KLCheck.from_kl(m.kl, bound, lim_mean, lim_p99) if m.kl is not None else KLCheck(
             applicable=False, reason=reason, bound=bound, limit_mean=lim_mean, limit_p99=lim_p99),
-        ChatKLCheck.measure(m.kl_chat, bound, lim_mean, lim_p99, samples=len(chats)) if m.kl_chat is not None
+        ChatKLCheck.from_kl(m.kl_chat, bound, lim_mean, lim_p99, samples=len(chats)) if m.kl_chat is not None
         else ChatKLCheck(applicable=False, reason=no_chat if ran else reason, bound=bound, limit_mean=lim_mean,
                          limit_p99=lim_p99),
         OldOutputsCheck(applicable=False, reason=reason) if not ran else OldOutputsCheck(
@@ -540,27 +528,4 @@ def validate_checkpoint(
         write_kl_plot(m.kl, bound, plot, title=f"{Path(names['new']).name}: KL per position ({m.kl.size} positions)")
         report.plot = str(plot)
     logger.info("validation of %s (%s): %s", new, used, "passed" if report.passed else "; ".join(report.failures))
-    return report
-
-
-def validate_added(result, corpus: str | os.PathLike | None = None, **kwargs) -> Report:
-    """Validate what `apply` wrote (an `AddResult`) and store the report in its output.
-
-    Writes `vocabsurgeon_report.json` into the output directory, which stays in place whatever
-    the outcome. The keyword arguments are those of `validate_checkpoint`.
-
-    Raises:
-        ValidationFailed: the checks failed; `.report` holds the figures, the message says why.
-    """
-    out = Path(result.out)
-    ids = [t.id for t in result.plan.tokens.new]
-    report = validate_checkpoint(result.plan.src, out, corpus, new_token_ids=ids, **kwargs)
-    report.init = result.plan.to_dict()["init"]
-    report.write(out / REPORT_NAME)
-    if not report.passed:
-        raise ValidationFailed(
-            f"{out}: validation failed: {'; '.join(report.failures)}. The output is kept for inspection; "
-            f"see {out / REPORT_NAME}. Try --init mean, or pass --no-validate to skip the checks",
-            report,
-        )
     return report

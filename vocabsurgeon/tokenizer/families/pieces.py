@@ -35,7 +35,7 @@ def byte_level(text: str) -> str:
     """The byte-level BPE spelling of `text` ("Éowyn" -> "Ã\\x89owyn", " x" -> "Ġx").
 
     A table lookup per UTF-8 byte: the same as the ByteLevel pre-tokenizer without its regex
-    (tests/add/test_surgery.py checks it), without a call into Rust per word (1.4 s for 50,000 words).
+    (tests/add/test_surgery.py checks it), without a call into Rust per word.
     """
     return "".join([BYTE_SYMBOLS[b] for b in text.encode("utf-8", "surrogatepass")])
 

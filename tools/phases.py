@@ -1,13 +1,13 @@
 """Where the time of one `vocabsurgeon add` goes: wall-clock start and duration of each phase, per thread.
 
-    python bench/phases.py add --tokens bench/work/tokens-1000.txt --init mean -q --no-validate --link \
+    python -m tools.phases add --tokens bench/work/tokens-1000.txt --init mean -q --no-validate --link \
         bench/work/ckpt-full bench/work/out
 
 Runs the CLI in this process with the surgery's steps (and the writer's fsyncs) wrapped by a timer,
 then prints one line per call to stderr, sorted by start: name, thread, start (s since launch),
 duration (s). Unlike cProfile it costs nothing measurable and shows what overlaps the copy thread.
 
-    python bench/phases.py --free-copy add ...
+    python -m tools.phases --free-copy add ...
 
 is the lower bound of any reordering of the copy: the rewritten shards' old bytes are not copied
 (the file gets its header and is extended sparse, no data), and the old-row check compares the
@@ -28,7 +28,7 @@ import vocabsurgeon.add.surgery as surgery  # noqa: E402
 import vocabsurgeon.checkpoint.writer as writer  # noqa: E402
 
 STEPS = ("plan_tokens", "copy_old_bytes", "copy_file", "_all_new_rows", "write_rows", "_write_metadata_files",
-         "_copy_other_files", "write_model_card", "verify_tokenizer", "_verify_rows", "_verify", "_old_rows_kept")
+         "_copy_other_files", "write_model_card", "verify_tokenizer", "_verify_rows", "_verify", "rows_kept")
 log: list[tuple[str, str, float, float]] = []
 
 
@@ -51,11 +51,11 @@ def _free_copy() -> None:
     def copy_nothing(src, layout, dst, progress=None, names=None):
         os.close(os.open(dst, os.O_WRONLY | os.O_CREAT, 0o644))  # write_rows extends it, sparse
 
-    def kept_self(src, t, dst, dst_start, g):
+    def kept_self(src, t, dst, dst_start, except_rows=()):
         return same_bytes(src, t.start, src, t.start, t.nbytes)
 
     surgery.copy_old_bytes = copy_nothing
-    surgery._old_rows_kept = kept_self
+    surgery.rows_kept = kept_self
 
 
 def main() -> None:

@@ -1,9 +1,9 @@
 """Snapshot of what users and pipelines read from the CLI: every `--help` text and the `--json` output
 of each command on the committed fixtures, so a refactor can show that it changed neither.
 
-    python bench/cli_snapshot.py write bench/work/snap-before     # before the change
-    python bench/cli_snapshot.py write bench/work/snap-after      # after it
-    python bench/cli_snapshot.py diff bench/work/snap-before bench/work/snap-after
+    python -m tools.cli_snapshot write bench/work/snap-before     # before the change
+    python -m tools.cli_snapshot write bench/work/snap-after      # after it
+    python -m tools.cli_snapshot diff bench/work/snap-before bench/work/snap-after
 
 `diff` exits 1 and prints a unified diff when any file differs. The JSON is normalised only where a
 run cannot repeat itself: wall-clock seconds become 0 and the temporary directories become

@@ -7,16 +7,16 @@ a 135M-shaped model"): transformers' own random init of a SmolLM2-135M-shaped Ll
 2,048-token tokenizer, whose <|endoftext|> (2047) is BOS, EOS and pad. transformers zeroes the
 pad_token_id row at init, so row 2047, the BOS that starts every window, is 0.
 
-    python bench/nan_repro.py --build                 # the model, ~20 s, into bench/work/tied135-zero-bos
-    python bench/nan_repro.py --grad                  # per-layer gradient at the BOS position (one batch)
-    python bench/nan_repro.py --fit full plain cache  # distillation: steps skipped, rows not finite
+    python -m tools.nan_repro --build                 # the model, ~20 s, into bench/work/tied135-zero-bos
+    python -m tools.nan_repro --grad                  # per-layer gradient at the BOS position (one batch)
+    python -m tools.nan_repro --fit full plain cache  # distillation: steps skipped, rows not finite
     git worktree add /tmp/old-nan 0c2926c             # the code before b386bb5, then:
-    PYTHONPATH=/tmp/old-nan python bench/nan_repro.py --fit old
+    PYTHONPATH=/tmp/old-nan python -m tools.nan_repro --fit old
 
 `--fit` modes: `full` full windows (the prefix cache off) as the code runs them now, `plain` full
 windows without the cut at the positions before the first new token (the behaviour before the fix),
 `cache` the prefix cache (the default path), `old` whatever `vocabsurgeon` imports (for old code).
-Run it on one thread: `taskset -c 1 env OMP_NUM_THREADS=1 python bench/nan_repro.py ...`.
+Run it on one thread: `taskset -c 1 env OMP_NUM_THREADS=1 python -m tools.nan_repro ...`.
 """
 
 from __future__ import annotations
@@ -27,12 +27,9 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from bench import common
 
-import bench  # noqa: E402
-
-FIXTURE = HERE.parent / "fixtures" / "llama-tiny"
+FIXTURE = common.REPO / "fixtures" / "llama-tiny"
 BOS = 2047
 
 
@@ -55,8 +52,8 @@ def build(out: Path, seed: int) -> None:
 
 def corpus(src: Path, n_words: int, work: Path) -> tuple[list[str], Path]:
     """`n_words` made-up words and ~120 paragraphs of stdlib docstrings with every 10th word one of them."""
-    words = bench.make_words(n_words, seed=17, avoid=bench._known_words(src))
-    lines = [t for t in bench.sample_text(words, 60_000, seed=17)[1].split("\n") if t.strip()]
+    words = common.make_words(n_words, seed=17, avoid=common.known_words(src))
+    lines = [t for t in common.sample_text(words, 60_000, seed=17)[1].split("\n") if t.strip()]
     path = work / f"nan-corpus-{n_words}.txt"
     path.write_text("\n\n".join("\n".join(lines[i:i + 6]) for i in range(0, len(lines), 6)), encoding="utf-8")
     return words, path
@@ -107,6 +104,7 @@ def fit(src: Path, words: list[str], text: Path, mode: str, steps: int) -> None:
 
     import vocabsurgeon
     from vocabsurgeon.fitted import causal as fitted
+    from vocabsurgeon.fitted import fit_rows
 
     # the module that runs the distillation (fitted.py before distill.py was split out of it)
     where = sys.modules[fitted.distill_input_rows.__module__]
@@ -125,7 +123,7 @@ def fit(src: Path, words: list[str], text: Path, mode: str, steps: int) -> None:
         opts.depth = 1.0
     t0 = time.perf_counter()
     try:
-        r = fitted.fit_rows(src, tokens, {"input"}, opts)
+        r = fit_rows(src, tokens, {"input"}, opts)
     finally:
         for k, v in saved.items():
             setattr(where, k, v)
@@ -140,7 +138,7 @@ def fit(src: Path, words: list[str], text: Path, mode: str, steps: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", type=Path, default=HERE / "work" / "tied135-zero-bos")
+    ap.add_argument("--model", type=Path, default=common.WORK / "tied135-zero-bos")
     ap.add_argument("--build", action="store_true", help="build the model (again)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--grad", action="store_true")

@@ -1,0 +1,304 @@
+"""The add benchmark: vocabsurgeon add vs the transformers way vs the copy floor, on a generated Llama checkpoint.
+
+    python -m bench.add_bench all --size full --repeats 3
+    python -m bench.add_bench all --size tiny --work /tmp/b --results /tmp/b/RESULTS.md
+
+Subcommands: `generate` (the checkpoint), `run` (time each way in its own process, medians), `many`
+(50,000 tokens in one run; encode speed before and after), `all` (the three, then its RESULTS.md block).
+Sizes: `full` (~6 GB), `quick` (~0.5 GB), `tiny` (a few MB, seconds: tests/benchmarks/test_bench.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from bench.common import (SIZES, WORK, RESULTS, Sample, drop, du, gb, generate, has_no_validate,
+                          known_words, machine, make_words, measure, module_command, read_all, sample_text,
+                          vocabsurgeon_command, write_block)
+
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+
+
+def commands(src: Path, out: Path, tokens: Path) -> dict[str, list[str]]:
+    """The measured commands, by configuration name."""
+    vs = vocabsurgeon_command() + ["add", "--tokens", str(tokens), "--init", "mean", "-q"]
+    if has_no_validate():
+        vs.append("--no-validate")
+    me = module_command("add_bench")
+    return {
+        "transformers": me + ["_transformers", str(src), str(out), str(tokens)],
+        "vocabsurgeon": vs + [str(src), str(out)],
+        "vocabsurgeon --link": vs + ["--link", str(src), str(out)],
+        "floor (copy)": me + ["_floor", str(src), str(out)],
+        "floor (link)": me + ["_floor", "--link", str(src), str(out)],
+    }
+
+
+def transformers_way(src: str, out: str, tokens_file: str) -> None:
+    """What users do without vocabsurgeon: load, add_tokens, resize (mean_resizing), save."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    words = Path(tokens_file).read_text(encoding="utf-8").split("\n")
+    tok = AutoTokenizer.from_pretrained(src)
+    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.bfloat16)
+    tok.add_tokens([w for w in words if w])
+    model.resize_token_embeddings(len(tok), mean_resizing=True)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+
+
+def floor(src: str, out: str, link: bool) -> None:
+    """The physical floor: copy (copy_file_range) the shards that hold vocabulary tensors, hard-link
+    (or copy) the other shards, copy the small files; and flush every file to disk as vocabsurgeon
+    does, each in a background thread as soon as it is written, so that flushing overlaps copying."""
+    import queue
+    import threading
+
+    srcp, outp = Path(src), Path(out)
+    outp.mkdir(parents=True)
+    index = json.loads((srcp / "model.safetensors.index.json").read_text())
+    vocab_files = {index["weight_map"][n] for n in ("model.embed_tokens.weight", "lm_head.weight")}
+    flush: queue.Queue = queue.Queue()
+
+    def flusher() -> None:
+        while (path := flush.get()) is not None:
+            fd = os.open(path, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+
+    t = threading.Thread(target=flusher)
+    t.start()
+    for p in sorted(srcp.iterdir(), key=lambda p: (p.name not in vocab_files, p.name)):
+        dst = outp / p.name
+        if p.suffix == ".safetensors" and p.name not in vocab_files and link:
+            os.link(p, dst)
+        else:
+            with open(p, "rb") as fi, open(dst, "wb") as fo:
+                left = os.fstat(fi.fileno()).st_size
+                while left:
+                    # 256 MiB calls, as vocabsurgeon: 1 GiB calls measured ~1.5x slower here
+                    left -= os.copy_file_range(fi.fileno(), fo.fileno(), min(left, 256 << 20))
+        flush.put(dst)
+    flush.put(outp)
+    flush.put(None)
+    t.join()
+
+
+def run(size_name: str, work: Path, repeats: int, skip: set[str]) -> dict:
+    """Generate (if needed) and time every configuration `repeats` times, interleaved; medians and ratios."""
+    size = SIZES[size_name]
+    src = work / f"ckpt-{size_name}"
+    if not (src / "model.safetensors.index.json").exists():
+        t0 = time.perf_counter()
+        generate(size, src)
+        print(f"generated {src} ({du(src) / 1e9:.2f} GB) in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    vocab = known_words(src)
+    tokens = work / f"tokens-{size.new_tokens}.txt"
+    tokens.write_text("\n".join(make_words(size.new_tokens, 1, vocab)) + "\n", encoding="utf-8")
+    out = work / "out"
+    cmds = {k: v for k, v in commands(src, out, tokens).items() if k not in skip}
+    samples: dict[str, list[Sample]] = {k: [] for k in cmds}
+    loads = [os.getloadavg()[0]]
+    for r in range(repeats):
+        order = list(cmds)
+        random.Random(r).shuffle(order)  # no configuration always follows the same one (e.g. a big delete)
+        for name in order:
+            cmd = cmds[name]
+            drop(out)
+            os.sync()
+            read_all(src)
+            s = measure(cmd, work / "child.log")
+            samples[name].append(s)
+            print(f"[{r + 1}/{repeats}] {name}: {s.wall:.2f} s, {s.rss / 2**20:.0f} MiB", file=sys.stderr)
+            loads.append(os.getloadavg()[0])
+    drop(out)
+    os.sync()
+    med = {k: {"wall": statistics.median(s.wall for s in v), "rss": statistics.median(s.rss for s in v),
+               "walls": [round(s.wall, 3) for s in v], "rsss": [s.rss for s in v]} for k, v in samples.items()}
+    return {"size": size_name, "shape": size.__dict__, "src_bytes": du(src), "shards": len(list(src.glob("*.safetensors"))),
+            "vocab_matrix_bytes": size.vocab * size.hidden * 2, "repeats": repeats, "median": med,
+            "load": [round(x, 2) for x in loads], "commands": {k: " ".join(v) for k, v in cmds.items()}}
+
+
+def encode_seconds(tokenizer_json: Path, text: str, repeats: int = 3) -> tuple[float, int]:
+    """Best of `repeats` single-threaded encodes of `text` line by line; and the number of ids."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer_json))
+    lines = text.split("\n")
+    best, n = float("inf"), 0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        n = sum(len(tok.encode(l, add_special_tokens=False).ids) for l in lines)
+        best = min(best, time.perf_counter() - t0)
+    return best, n
+
+
+def many(size_name: str, work: Path, count: int | None, timeout: float, mem_gb: float = 12) -> dict:
+    """Add `count` tokens (default the size's many_tokens) in one run; time, RSS, encode speed before/after."""
+    size = SIZES[size_name]
+    count = count or size.many_tokens
+    src = work / f"ckpt-{size_name}"
+    if not (src / "model.safetensors.index.json").exists():
+        generate(size, src)
+    words = make_words(count, 2, known_words(src))
+    tokens = work / f"tokens-many-{count}.txt"
+    tokens.write_text("\n".join(words) + "\n", encoding="utf-8")
+    out = work / "out-many"
+    drop(out)
+    cmd = vocabsurgeon_command() + ["add", "--tokens", str(tokens), "--init", "mean", "--link", "-q", "--json"]
+    if has_no_validate():
+        cmd.append("--no-validate")
+    cmd += [str(src), str(out)]
+    result = {"tokens": count, "command": " ".join(cmd), "limits": f"timeout {timeout:.0f} s, address space {mem_gb} GiB"}
+    try:
+        limit = ["prlimit", f"--as={int(mem_gb * 2**30)}"] if mem_gb and shutil.which("prlimit") else []
+        s = measure(limit + ["timeout", str(int(timeout))] + cmd, work / "many.log")
+    except SystemExit as e:
+        lines = [l for l in str(e).splitlines() if l.strip()]
+        result["error"] = lines[-1] if len(lines) > 1 else str(e)  # the child's last line says why
+        drop(out)
+        return result
+    summary = json.loads((work / "many.log").read_text())
+    result.update(wall=s.wall, rss=s.rss, rows_before=summary["rows_before"], rows_after=summary["rows_after"])
+    plain, mixed = sample_text(words, 400_000 if size_name != "tiny" else 20_000, seed=3)
+    for label, text in (("plain", plain), ("with_new_words", mixed)):
+        before, n_before = encode_seconds(src / "tokenizer.json", text)
+        after, n_after = encode_seconds(out / "tokenizer.json", text)
+        result[label] = {"chars": len(text), "before_s": before, "after_s": after, "ratio": after / before,
+                         "ids_before": n_before, "ids_after": n_after}
+    drop(out)
+    return result
+
+
+def report(res: dict, many_res: dict | None, info: dict, argv: list[str]) -> str:
+    """The markdown block written between the markers of RESULTS.md."""
+    med = res["median"]
+    L = [BEGIN, "", f"Generated by `python -m bench.add_bench {' '.join(argv)}` on {time.strftime('%Y-%m-%d %H:%M')}.", ""]
+    L += ["**Machine:** " + ", ".join(f"{k} {v}" for k, v in info.items()) + ".", ""]
+    sh = res["shape"]
+    L += [f"**Checkpoint** (`{res['size']}`): Llama, untied, bf16, vocab {sh['vocab']:,}, hidden {sh['hidden']}, "
+          f"{sh['layers']} layers, {gb(res['src_bytes'])} in {res['shards']} shards; "
+          f"one vocabulary matrix is {gb(res['vocab_matrix_bytes'])}. {sh['new_tokens']:,} new words, mean init. "
+          f"Load average (1 min) during the run: {min(res['load'])}-{max(res['load'])}.", ""]
+    L += [f"Medians of {res['repeats']} runs per configuration (runs interleaved, in a shuffled order each round; "
+          "page cache warmed by reading every input file before each run; outputs removed and `sync`ed between runs).", ""]
+    L += ["| configuration | wall (median) | peak RSS (median) | all walls (s) |", "|---|---:|---:|---|"]
+    for k, v in med.items():
+        L.append(f"| {k} | {v['wall']:.2f} s | {gb(v['rss'])} | {', '.join(f'{w:.2f}' for w in v['walls'])} |")
+    L.append("")
+    rows = []
+
+    def ratio(label, a, b, key, target, better):
+        if a in med and b in med:
+            r = med[a][key] / med[b][key]
+            ok = r >= target if better == "ge" else r <= target
+            rows.append(f"| {label} | {r:.2f} | {'>=' if better == 'ge' else '<='} {target} | {'yes' if ok else '**no**'} |")
+
+    ratio("time: transformers / vocabsurgeon (copy)", "transformers", "vocabsurgeon", "wall", 4, "ge")
+    ratio("time: transformers / vocabsurgeon --link", "transformers", "vocabsurgeon --link", "wall", 8, "ge")
+    ratio("peak RSS: transformers / vocabsurgeon", "transformers", "vocabsurgeon", "rss", 8, "ge")
+    ratio("time: vocabsurgeon / floor (copy)", "vocabsurgeon", "floor (copy)", "wall", 1.3, "le")
+    ratio("time: vocabsurgeon --link / floor (link)", "vocabsurgeon --link", "floor (link)", "wall", 1.3, "le")
+    if "vocabsurgeon" in med:
+        bound = res["vocab_matrix_bytes"] + 100 * 2**20
+        r = med["vocabsurgeon"]["rss"]
+        rows.append(f"| peak RSS of vocabsurgeon, absolute | {gb(r)} | <= one vocabulary matrix + interpreter "
+                    f"({gb(bound)}) | {'yes' if r <= bound else '**no**'} |")
+    L += ["| ratio | measured | target | met |", "|---|---:|---|---|", *rows, ""]
+    if many_res:
+        L += [f"**Adding {many_res['tokens']:,} tokens in one run** (`--link`, mean init):", ""]
+        if "error" in many_res:
+            L += [f"- did not finish ({many_res['limits']}): {many_res['error']}", ""]
+        else:
+            L += [f"- wall {many_res['wall']:.1f} s, peak RSS {gb(many_res['rss'])}, rows {many_res['rows_before']:,} "
+                  f"-> {many_res['rows_after']:,}"]
+            for label in ("plain", "with_new_words"):
+                e = many_res[label]
+                L.append(f"- encode {e['chars']:,} chars ({label.replace('_', ' ')}): {e['before_s']:.3f} s before, "
+                         f"{e['after_s']:.3f} s after (x{e['ratio']:.2f}); ids {e['ids_before']:,} -> {e['ids_after']:,}")
+            L.append("")
+    L += ["Commands measured (each in its own process):", "", "```"]
+    L += [f"{k}: {v}" for k, v in res["commands"].items()]
+    if many_res:
+        L.append(f"many: {many_res['command']}")
+    L += ["```", "", END]
+    return "\n".join(L)
+
+
+def write_results(path: Path, block: str) -> None:
+    """This script's block (between BEGIN and END) into `path`."""
+    write_block(path, block, BEGIN, END)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line of the benchmark; see the module docstring."""
+    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(prog="python -m bench.add_bench", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    def common(p):
+        p.add_argument("--size", choices=SIZES, default="quick")
+        p.add_argument("--work", type=Path, default=WORK, help="scratch directory (default bench/work)")
+
+    g = sub.add_parser("generate", help="write the checkpoint")
+    common(g)
+    for name in ("run", "all"):
+        p = sub.add_parser(name, help="measure" if name == "run" else "generate, measure, many tokens, RESULTS.md")
+        common(p)
+        p.add_argument("--repeats", type=int, default=None, help="runs per configuration (default 3; 1 for tiny)")
+        p.add_argument("--skip", action="append", default=[], help="a configuration to leave out (repeatable)")
+        p.add_argument("--results", type=Path, default=RESULTS)
+        p.add_argument("--many", type=int, default=None, help="tokens for the many-tokens run (default per size)")
+        p.add_argument("--many-timeout", type=float, default=3600)
+        p.add_argument("--many-mem-gb", type=float, default=12, help="address-space limit of the many-tokens run")
+        p.add_argument("--clean", action="store_true", help="remove the work directory at the end")
+    m = sub.add_parser("many", help="add many tokens; encode speed before/after")
+    common(m)
+    m.add_argument("--many", type=int, default=None)
+    m.add_argument("--many-timeout", type=float, default=3600)
+    m.add_argument("--many-mem-gb", type=float, default=12)
+    t = sub.add_parser("_transformers")
+    t.add_argument("src"), t.add_argument("out"), t.add_argument("tokens")
+    f = sub.add_parser("_floor")
+    f.add_argument("--link", action="store_true"), f.add_argument("src"), f.add_argument("out")
+    a = ap.parse_args(argv)
+
+    if a.cmd == "_transformers":
+        return transformers_way(a.src, a.out, a.tokens)
+    if a.cmd == "_floor":
+        return floor(a.src, a.out, a.link)
+    a.work.mkdir(parents=True, exist_ok=True)
+    if a.cmd == "generate":
+        t0 = time.perf_counter()
+        p = generate(SIZES[a.size], a.work / f"ckpt-{a.size}")
+        print(f"{p}: {du(p) / 1e9:.2f} GB in {time.perf_counter() - t0:.1f} s")
+        return
+    if a.cmd == "many":
+        print(json.dumps(many(a.size, a.work, a.many, a.many_timeout, a.many_mem_gb), indent=2))
+        return
+    repeats = a.repeats or (1 if a.size == "tiny" else 3)
+    res = run(a.size, a.work, repeats, set(a.skip))
+    many_res = many(a.size, a.work, a.many, a.many_timeout, a.many_mem_gb) if a.cmd == "all" and a.many != 0 else None
+    block = report(res, many_res, machine(), argv)
+    print(block)
+    (a.work / f"results-{a.size}.json").write_text(json.dumps({"run": res, "many": many_res}, indent=2))
+    write_results(a.results, block)
+    if a.clean:
+        shutil.rmtree(a.work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

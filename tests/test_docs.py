@@ -1,0 +1,73 @@
+"""The README and the manual (docs/) say what the code does: their Python examples run as written, the
+README shows every command and links only to files that exist, and every page is in the site's nav."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from vocabsurgeon.cli.commands import cli
+
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
+DOCS = REPO / "docs"
+NOT_RUN = "<!-- not run by tests/test_docs.py:"  # a block that needs the network says so, and why, before it
+BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+
+
+def _python_blocks() -> list[tuple[str, int, str]]:
+    """(file, line, code) of every ```python block of the README and the manual, but those marked NOT_RUN."""
+    found = []
+    for path in [README, *sorted(DOCS.glob("*.md"))]:
+        text = path.read_text(encoding="utf-8")
+        for m in BLOCK.finditer(text):
+            before = text[:m.start()].rstrip("\n").rsplit("\n", 1)[-1]
+            if not before.startswith(NOT_RUN):
+                found.append((path.relative_to(REPO).as_posix(), text.count("\n", 0, m.start()) + 1, m.group(1)))
+    return found
+
+
+BLOCKS = _python_blocks()
+
+
+def test_the_readme_and_the_python_api_page_have_examples_to_run():
+    files = {f for f, _, _ in BLOCKS}
+    assert {"README.md", "docs/python-api.md"} <= files
+
+
+@pytest.mark.parametrize("where,line,code", BLOCKS, ids=[f"{f}:{n}" for f, n, _ in BLOCKS])
+def test_python_example_runs_as_written(where, line, code, tmp_path, monkeypatch, capsys):
+    """Run in a directory that holds what the examples name: `ckpt/` (the committed tiny GPT-2) and
+    `lotr.txt`; `out/` does not exist yet."""
+    shutil.copytree(REPO / "fixtures" / "gpt2-tiny", tmp_path / "ckpt")
+    shutil.copy(REPO / "fixtures" / "lotr.txt", tmp_path / "lotr.txt")
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, f"{where}:{line}", "exec"), {"__name__": "__main__"})
+    assert (tmp_path / "out" / "config.json").exists()  # every runnable example writes an output
+    assert capsys.readouterr().out  # and prints what it shows
+
+
+def test_the_readme_is_a_front_page_with_one_example_of_each_command():
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 250
+    examples = "\n".join(re.findall(r"^```\n(.*?)^```", text, re.S | re.M))
+    for name in cli.commands:
+        assert re.search(rf"^vocabsurgeon {name} ", examples, re.M), f"README.md has no example of `vocabsurgeon {name}`"
+
+
+@pytest.mark.parametrize("path", [README, *sorted(DOCS.glob("*.md")), REPO / "bench" / "README.md"],
+                         ids=lambda p: p.relative_to(REPO).as_posix())
+def test_relative_links_point_at_files_that_exist(path):
+    """mkdocs build --strict checks the manual's links and anchors in CI; this checks the README's too."""
+    text = path.read_text(encoding="utf-8")
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+        if "://" not in target:
+            assert (path.parent / target).exists(), f"{path.name} links to {target}, which does not exist"
+
+
+def test_every_page_of_the_manual_is_in_the_site_nav():
+    nav = set(re.findall(r"^  - [^:]+: (\S+\.md)$", (REPO / "mkdocs.yml").read_text(encoding="utf-8"), re.M))
+    assert nav == {p.name for p in DOCS.glob("*.md")}
