@@ -55,6 +55,11 @@ FILE_AS_WRITTEN_CLASSES = {"PreTrainedTokenizerFast", "TokenizersBackend"}
 # Placeholder tokens that models ship for later use (Llama 3, Gemma, BERT): --reuse-reserved takes them.
 RESERVED_TOKEN = re.compile(r"<\|reserved_special_token_\d+\|>|<unused\d+>|\[unused\d+\]|<\|reserved_\d+\|>")
 GAP_PIECE = "<vocabsurgeon unused {}>"  # Unigram placeholders; the space makes them unreachable
+# Old text on which pre-tokenizers disagree: contractions, digit runs, spaces and newlines, punctuation, scripts.
+PROBES = ("I don't", "it's", "we'll", "THEY'RE", "you've", "O'Neil's", "12345", "3.14159", "2024-11-25", "1,000,000",
+          "Hello, world!", "(x) [y] {z}", '"q"', "'r'", "x=y", "a+b", "<tag>", "path/to/file.py", "#1 @me",
+          "  two  spaces", "\n\n\tTabbed\r\n", "   end ", "Müller, Björk and Zoë", "naïve", "Москва", "日本語のテキスト",
+          "😀🎉.", "getUserName", "snake_case", "CamelCase", "HTTPServer", "iPhone")
 
 def _around(text: str, word: str, width: int = 12) -> str:
     """The part of `text` around the first occurrence of `word` (for a reason shown to the user)."""
@@ -521,6 +526,28 @@ class TokenizerEditor:
                 if name and name not in FILE_AS_WRITTEN_CLASSES | {"PythonBackend"}:
                     self._forced_class = name
         return self._forced_class
+
+    def loads_otherwise(self) -> tuple[str, str] | None:
+        """Where transformers loads the input with a class that rebuilds the tokenizer (tokenizer_class, or
+        `forced_class`) and the rebuilt one tokenizes old text otherwise than tokenizer.json as written does:
+        (the class, a text whose ids differ), else None (cached).
+
+        GPT-4o's published files name GPT2Tokenizer over o200k's tokenizer.json: transformers 5 rebuilds it
+        with GPT-2's regex ("don't" is "Ġdon" + "'t"; the file's regex gives "Ġdon't"). Switching such a
+        checkpoint to PreTrainedTokenizerFast would change old text, so the class stays, and a word that
+        needs tokenizer.json loaded as written is skipped. Checked on PROBES, texts where pre-tokenizers
+        disagree (contractions, digits, spaces, punctuation, scripts)."""
+        if not hasattr(self, "_loads_otherwise"):
+            self._loads_otherwise = None
+            declared = (self.config or {}).get("tokenizer_class")
+            rebuilds = self.forced_class() or (declared if declared not in FILE_AS_WRITTEN_CLASSES else None)
+            base = self._original_as_loaded() if rebuilds and not self.converted_from else None
+            if base is not None:
+                for text, want, got in zip(PROBES, encode_ids(self.tok, list(PROBES)), encode_ids(base, list(PROBES))):
+                    if want != got:
+                        self._loads_otherwise = (self._loaded_class or rebuilds, text)
+                        break
+        return self._loads_otherwise
 
     def _original_as_loaded(self) -> Tokenizer | None:
         """The original tokenizer as transformers builds it on load (cached), or None if it cannot;

@@ -560,7 +560,23 @@ def validate_added(result, corpus: str | os.PathLike | None = None, **kwargs) ->
     if not report.passed:
         raise ValidationFailed(
             f"{out}: validation failed: {'; '.join(report.failures)}. The output is kept for inspection; "
-            f"see {out / REPORT_NAME}. Try --init mean, or pass --no-validate to skip the checks",
+            f"see {out / REPORT_NAME}. {next_step(report, report.init.get('input'))}",
             report,
         )
     return report
+
+
+def next_step(report: Report, init: str | None) -> str:
+    """What to try after a failed validation, for the checks that failed: a tokenization failure is the
+    tokenizer's (no init changes it); a model check's may be the init's (mean bounds the KL)."""
+    failing = {c.KEY for c in report.checks if c.failures()}
+    steps = []
+    if "tokenization" in failing:
+        steps.append("the written tokenizer tokenizes text otherwise than the input, which no --init changes: remove "
+                     "the words it names, or report it with the model name and the tokens")
+    if failing - {"tokenization", "finite"} and init != "mean":
+        steps.append("Try --init mean")
+    if not steps:
+        return "Pass --no-validate to skip the checks"
+    first = steps[0][0].upper() + steps[0][1:]
+    return "; ".join([first, *steps[1:]]) + ", or pass --no-validate to skip the checks"
