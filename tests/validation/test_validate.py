@@ -664,3 +664,18 @@ def test_the_cli_bars_correct_a_running_count_instead_of_drawing_it_again(capsys
     err = capsys.readouterr().err
     assert "running: sampling" in err and "validating: 100%" in err and "8/8" in err
     assert Bars(disable=True).count("validating", 10)(5) is None  # -q and --json: nothing drawn
+
+
+def test_a_tokenization_failure_asks_for_no_init_and_a_model_failure_asks_for_mean_only_where_it_was_not_used():
+    """Issue 32: a tokenization failure after `--init mean` said "Try --init mean"."""
+    from vocabsurgeon.validation.checks import KLCheck, TokenizationCheck
+    from vocabsurgeon.validation.report import Report
+    from vocabsurgeon.validation.validate import next_step
+
+    tok = Report.decide([TokenizationCheck(old_text_ids_changed=6)], [])
+    kl = Report.decide([KLCheck(applicable=True, mean=3.0, p99=3.0, limit_mean=0.1, limit_p99=1.0)], [])
+    assert next_step(tok, "mean") == next_step(tok, "zeros") == (
+        "The written tokenizer tokenizes text otherwise than the input, which no --init changes: remove the words it "
+        "names, or report it with the model name and the tokens, or pass --no-validate to skip the checks")
+    assert next_step(kl, "zeros") == "Try --init mean, or pass --no-validate to skip the checks"
+    assert next_step(kl, "mean") == "Pass --no-validate to skip the checks"

@@ -124,7 +124,7 @@ def validate_output(result, options: ValidationOptions, progress=None) -> Report
     Raises:
         ValidationFailed: a check failed; `.report` holds the figures.
     """
-    from ..validation.validate import validate_checkpoint
+    from ..validation.validate import next_step, validate_checkpoint
 
     out = Path(result.out)
     ids = [t.id for t in result.plan.tokens.new]
@@ -136,7 +136,7 @@ def validate_output(result, options: ValidationOptions, progress=None) -> Report
     if not report.passed:
         raise ValidationFailed(
             f"{out}: validation failed: {'; '.join(report.failures)}. The output is kept for inspection; "
-            f"see {out / REPORT_NAME}. Try --init mean, or pass --no-validate to skip the checks", report)
+            f"see {out / REPORT_NAME}. {next_step(report, (report.init or {}).get('input'))}", report)
     return report
 
 

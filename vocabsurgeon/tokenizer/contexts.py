@@ -32,7 +32,11 @@ CONTEXTS = (
     Context("before punctuation", "{w}."),
     Context("repeated", "{w}, {w}.", decode=True),
     Context("brackets", "({w})", decode=True, soft=True),
+    Context("square brackets", "[{w}]", decode=True, soft=True),
     Context("quotes", '"{w}"', decode=True, soft=True),
+    Context("single quotes", "'{w}'", decode=True, soft=True),
+    Context("after an equals sign", "x={w}", decode=True, soft=True),
+    Context("possessive at a sentence start", "{w}'s", decode=True, soft=True),
     Context("possessive", "I saw {w}'s", decode=True, soft=True),
     Context("next to another new word", "{w} {next}"),
 )

@@ -267,6 +267,9 @@ class TokenizationCheck(Check):
     chat_samples: int = 0
     chat_ids_changed: int = 0  # rendered conversations without new words whose ids changed
     chat_new_tokens: list[str] = field(default_factory=list)  # new tokens that the template text now holds
+    # word -> the texts of contexts.CONTEXTS (beyond a sentence start and after a space) where it is not one
+    # token: reported, as the plan reports them (brackets and quotes joined to the word by the pre-tokenizer)
+    contexts_not_one_token: dict[str, list[str]] = field(default_factory=dict)
     passed: bool = True
 
     def failures(self) -> list[str]:
@@ -287,9 +290,14 @@ class TokenizationCheck(Check):
     def summary(self) -> list[str]:
         chat = (f", {self.chat_ids_changed}/{self.chat_samples} chat-template conversations changed"
                 if self.chat_samples else "")
+        elsewhere = ""
+        if self.contexts_not_one_token:
+            w, texts = next(iter(self.contexts_not_one_token.items()))
+            elsewhere = (f"; {len(self.contexts_not_one_token)} keep their old pieces in some contexts "
+                         f"(e.g. {texts[0]!r})")
         return [f"tokenization: {self.one_token_words}/{self.new_words} new words one token, "
                 f"{self.old_text_ids_changed} old paragraphs changed, {self.round_trip_failures} round-trip failures"
-                + chat]
+                + chat + elsewhere]
 
     def card_rows(self) -> list[str]:
         rows = [

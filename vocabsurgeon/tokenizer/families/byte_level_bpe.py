@@ -207,13 +207,18 @@ class ByteLevelBPE(Family):
         """True when new vocabulary entries (which rely on ignore_merges) are safe and survive loading:
         the merges are redundant, and transformers does not rebuild the model on load without the option
         (`TokenizerEditor.forced_class`: Qwen2Tokenizer for a qwen2 checkpoint keeps merges, not ignore_merges)."""
-        return self.merges_are_redundant() and self.ed.forced_class() is None
+        return self.merges_are_redundant() and self.ed.forced_class() is None and self.ed.loads_otherwise() is None
 
     def no_entries_reason(self) -> str:
         """Why new vocabulary entries are not allowed here (see entries_allowed)."""
         if self.merges_are_redundant() and self.ed.forced_class():
             return (f"transformers loads this model type with {self.ed.forced_class()}, which rebuilds the BPE model "
                     "from vocab and merges without ignore_merges")
+        if self.merges_are_redundant() and self.ed.loads_otherwise():
+            cls, text = self.ed.loads_otherwise()
+            return (f"transformers loads this tokenizer as {cls}, which rebuilds it from vocab and merges without "
+                    f"ignore_merges and with its own pre-tokenizer; loading tokenizer.json as written instead would "
+                    f"change how old text tokenizes (e.g. {text!r})")
         return CHANGES_TEXT
 
     def _all_rebuilt(self) -> bool:
