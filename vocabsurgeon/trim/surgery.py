@@ -149,7 +149,7 @@ class TrimPlan:
             f"corpus: {c['tokens']:,} tokens, {c['tokens_used']:,} distinct; kept tokens cover {c['coverage']:.2%} "
             "of it",
         ]
-        lines += [f"  kept although not chosen by count: {n} {r}" for r, n in d["kept_for"].items()]
+        lines += [f"  must stay: {n} {r}" for r, n in d["kept_for"].items()]
         if d["most_used_removed"]:
             lines.append("most used removed: " + ", ".join(f"{r['token']!r} ({r['count']})"
                                                          for r in d["most_used_removed"][:10]))
