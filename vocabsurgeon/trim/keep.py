@@ -74,10 +74,6 @@ def must_keep(vocab: TokenizerVocab, *, configs: Iterable[dict] = (), chat_ids: 
     add((t["id"] for t in vocab.data.get("added_tokens") or [] if t.get("special")), "special token")
     add((t["id"] for t in vocab.data.get("added_tokens") or []), "added token")
     add(processor_ids(vocab.data.get("post_processor")), "post-processor")
-    for cfg in configs:
-        add(config_ids(cfg), "named by the config")
-    add(chat_ids, "chat template")
-    add(keep_ids, "--keep")
     model, ids = vocab.model, vocab.ids
     if vocab.kind == "Unigram":
         if model.get("unk_id") is not None:
@@ -97,6 +93,10 @@ def must_keep(vocab: TokenizerVocab, *, configs: Iterable[dict] = (), chat_ids: 
         prefix = model.get("continuing_subword_prefix") or ("##" if vocab.kind == "WordPiece" else "")
         add((i for p, i in ids.items() if len(p) == 1 or (prefix and p.startswith(prefix) and len(p) == len(prefix) + 1)),
             "single character")
+    for cfg in configs:
+        add(config_ids(cfg), "named by the config")
+    add(chat_ids, "chat template")
+    add(keep_ids, "--keep")
     return why
 
 

@@ -191,6 +191,18 @@ def _tokenizer_data(directory: Path) -> dict:
     return convert_slow_tokenizer(directory)[0]
 
 
+def _template_text(path: Path) -> list[str]:
+    """The text the chat template itself writes: the sample conversations rendered (`chats.CHATS`),
+    cut at their messages' contents (those are the user's text, not the template's)."""
+    from ..tokenizer.chats import CHATS
+
+    contents = sorted({c for turns in CHATS for _, c in turns}, key=len, reverse=True)
+    parts = chat_samples(path)
+    for c in contents:
+        parts = [p for text in parts for p in text.split(c)]
+    return [p for p in dict.fromkeys(parts) if p]
+
+
 def plan_trim(src: str | os.PathLike, corpus: str | os.PathLike, options: TrimOptions, *, revision: str | None = None,
               token: str | None = None, progress: Callable[[int], None] | None = None) -> TrimPlan:
     """Open the checkpoint, count `corpus` with its tokenizer and decide which tokens stay; writes nothing.
@@ -224,7 +236,7 @@ def plan_trim(src: str | os.PathLike, corpus: str | os.PathLike, options: TrimOp
     counts = count_tokens(tok, corpus, vocab.size, progress=progress)
     configs = [ckpt.config] + ([read_json(path / GENERATION_CONFIG_NAME)]
                                if (path / GENERATION_CONFIG_NAME).is_file() else [])
-    chat_ids = {i for ids in encode_ids(tok, chat_samples(path)) for i in ids}
+    chat_ids = {i for ids in encode_ids(tok, _template_text(path)) for i in ids}
     keep_ids = set()
     for line in options.keep:
         if line in vocab.ids:
