@@ -75,6 +75,7 @@ def cli(ctx, quiet, verbose):
       vocabsurgeon add -t Frodo -t Gandalf --init subword-mean --json ckpt/ out/
       vocabsurgeon add --tokens lotr.txt --push-to me/gpt2-lotr --create-pr openai-community/gpt2 out/
       vocabsurgeon push out/ me/gpt2-lotr --private
+      vocabsurgeon trim --corpus en.txt --vocab-size 32000 ckpt/ out/
 
     Exit status: 0 success, 1 internal error, 2 bad input, 3 validation failed,
     4 push failed, 5 write failed, 130 interrupted.

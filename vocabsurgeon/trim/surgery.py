@@ -19,6 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -96,7 +97,7 @@ class TrimPlan:
     def src(self) -> Path:
         return Path(self.source.path)
 
-    @property
+    @cached_property
     def vocab(self) -> TokenizerVocab:
         return TokenizerVocab(self.data)
 
