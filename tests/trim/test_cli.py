@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from checkpoint.test_hub import hub  # noqa: F401  (the fake Hub of the push tests, as a fixture here)
 from vocabsurgeon.cli.commands import cli
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "corpus.txt"
@@ -99,3 +100,15 @@ def test_force_replaces_an_earlier_trim(gpt2_ckpt, tmp_path):
 def test_help_has_an_example():
     r = run("trim", "--help")
     assert r.exit_code == 0 and "vocabsurgeon trim --corpus en.txt --vocab-size 32000 ckpt/ out/" in r.output
+
+
+def test_push_to_sends_the_trimmed_checkpoint_in_one_commit(gpt2_ckpt, tmp_path, hub):  # noqa: F811
+    r = run("trim", "--corpus", CORPUS, "--vocab-size", 300, "--json", "--push-to", "me/gpt2-en", gpt2_ckpt,
+            tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert len(hub.commits) == 1 and hub.commits[0]["message"].startswith("Trim the vocabulary of gpt2 to 300 tokens")
+    files = hub.commits[0]["files"]
+    assert files["vocabsurgeon_idmap.json"] == (tmp_path / "out" / "vocabsurgeon_idmap.json").read_bytes()
+    assert files["model.safetensors"] == (tmp_path / "out" / "model.safetensors").read_bytes()
+    assert d["push"]["repo_id"] == "me/gpt2-en"

@@ -453,11 +453,18 @@ def suggest_command(ctx, ckpt, corpus, top, min_count, output, embedding_key, lm
 @click.option("--dry-run", is_flag=True, help="Print the plan (kept and removed tokens, coverage, bytes saved); "
               "write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
-@hub_options("SRC when it is a Hub repo id", token_use="Used to pull SRC.")
+@hub_options("SRC when it is a Hub repo id", token_use="Used to pull SRC and to push.")
+@click.option("--push-to", metavar="REPO_ID", help="Push OUT to this Hub repo (org/name) as one commit; see "
+              "`vocabsurgeon push`.")
+@click.option("--push-revision", metavar="BRANCH", help="With --push-to: the branch to commit to (default main).")
+@PRIVATE_OPTION
+@CREATE_PR_OPTION
+@click.option("--message", help="With --push-to: the commit message (default: what was trimmed, to how many tokens).")
 @common_options
 @click.pass_context
 def trim_command(ctx, src, out, corpus, vocab_size, min_count, keep_file, pad_to_multiple_of, link, no_fsync, force,
-                 embedding_key, lm_head_key, dry_run, as_json, revision, hf_token):
+                 embedding_key, lm_head_key, dry_run, as_json, revision, hf_token, push_to, push_revision, private,
+                 create_pr, message):
     """Cut the vocabulary of SRC down to the tokens CORPUS uses and write the checkpoint to OUT.
 
     Counts the corpus with the original tokenizer and keeps the most used tokens (--vocab-size)
@@ -473,8 +480,11 @@ def trim_command(ctx, src, out, corpus, vocab_size, min_count, keep_file, pad_to
       vocabsurgeon trim --corpus en.txt --vocab-size 32000 ckpt/ out/
       vocabsurgeon trim --corpus en.txt --min-count 2 --keep keep.txt --dry-run --json ckpt/ out/
     """
-    from ..trim.surgery import TrimOptions, plan_trim, read_keep_file, write_trim
+    from ..add.pipeline import PushOptions
+    from ..trim.surgery import TrimOptions, plan_trim, push_trimmed, read_keep_file, write_trim
 
+    push_options = PushOptions.from_flags(push_to, revision=push_revision, private=private, create_pr=create_pr,
+                                          token=hf_token, message=message)
     options = TrimOptions(vocab_size=vocab_size, min_count=min_count,
                           keep=read_keep_file(keep_file) if keep_file else [], pad_to_multiple_of=pad_to_multiple_of,
                           link=link, fsync=not no_fsync, force=force, embedding_key=embedding_key,
@@ -499,11 +509,17 @@ def trim_command(ctx, src, out, corpus, vocab_size, min_count, keep_file, pad_to
             click.echo(plan.describe(), err=True)
         result = write_trim(plan, out, progress.count("writing", plan.ckpt.total_size - plan.bytes_saved, "B"))
     d = result.to_dict()
+    if push_options is not None:
+        if not quiet:
+            click.echo(f"Pushing {out} to {push_to}", err=True)
+        d["push"] = push_trimmed(result, push_options).to_dict()
     if as_json:
         emit(d)
     elif not quiet:
         click.echo(f"Wrote {out}: {d['tokens_kept']} of {d['tokens_before']} tokens kept, rows {d['rows_before']} -> "
                    f"{d['rows_after']}, {d['bytes_saved']:,} bytes saved, {d['seconds']:.2f} s", err=True)
+        if push_options is not None:
+            _echo_pushed(d["push"])
 
 
 def _echo_pushed(d: dict) -> None:

@@ -316,6 +316,26 @@ def write_trim(plan: TrimPlan, out: str | os.PathLike, progress: Callable[[int],
     return TrimResult(out, plan, seconds, written, methods)
 
 
+def push_trimmed(result: TrimResult, options) -> object:
+    """Push the written output of `result` to the Hub as one commit (`options`: `pipeline.PushOptions`).
+
+    Raises:
+        PushError: the push failed; the message says the output is written and how to retry the push alone.
+    """
+    from ..checkpoint.hub import push
+    from ..errors import PushError
+
+    base = Path(result.plan.source.name).name if not result.plan.source.repo_id else result.plan.source.repo_id
+    message = options.message or (f"Trim the vocabulary of {base} to {len(result.plan.kept)} tokens with "
+                                   f"vocabsurgeon {__version__}")
+    try:
+        return push(result.out, options.repo_id, private=options.private, revision=options.revision,
+                    create_pr=options.create_pr, token=options.token, message=message)
+    except PushError as e:
+        raise PushError(f"{e}. {result.out} is written; retry with `vocabsurgeon push {result.out} "
+                        f"{options.repo_id}`") from None
+
+
 def _rewrite_shard(plan: TrimPlan, f: str, dst: Path, progress: Callable[[int], None]) -> None:
     """Shard `f` with its vocabulary tensors cut to the kept rows (then the padding rows); the other
     tensors' bytes are copied in the kernel."""
