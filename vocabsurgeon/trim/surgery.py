@@ -36,7 +36,7 @@ from ..checkpoint.writer import (Syncer, check_output_path, copy_file, copy_old_
 from ..errors import InputError, VocabSurgeonError
 from ..explore.suggest import counting_tokenizer
 from ..init import encode_rows
-from ..tokenizer.chats import chat_samples
+from ..tokenizer.chats import CHATS, chat_template
 from ..tokenizer.editor import convert_slow_tokenizer
 from ..tokenizer.encoding import encode_ids
 from ..tokenizer.families import detect_family
@@ -193,15 +193,32 @@ def _tokenizer_data(directory: Path) -> dict:
 
 
 def _template_text(path: Path) -> list[str]:
-    """The text the chat template itself writes: the sample conversations rendered (`chats.CHATS`),
-    cut at their messages' contents (those are the user's text, not the template's)."""
-    from ..tokenizer.chats import CHATS
+    """The text the chat template itself writes: the sample conversations (`chats.CHATS`) rendered by
+    transformers' jinja renderer (without loading a tokenizer: no torch), whole and up to the generation
+    prompt, cut at the messages' contents (those are the user's text, not the template's)."""
+    template = chat_template(path)
+    if template is None:
+        return []
+    from transformers.utils.chat_template_utils import render_jinja_template
 
+    cfg = read_json(path / TOKENIZER_CONFIG) if (path / TOKENIZER_CONFIG).is_file() else {}
+    specials = {k: v.get("content") if isinstance(v, dict) else v for k, v in cfg.items()
+                if k.endswith("_token") and isinstance(v, (str, dict))}
+    texts = []
+    for turns in CHATS:
+        for prompt in (False, True):
+            use = turns[:max(i for i, (r, _) in enumerate(turns) if r == "user") + 1] if prompt else turns
+            try:
+                rendered, _ = render_jinja_template([[{"role": r, "content": c} for r, c in use]],
+                                                    chat_template=template, add_generation_prompt=prompt, **specials)
+            except Exception as e:  # noqa: BLE001 (a template may refuse a role, e.g. no system turn)
+                logger.debug("the chat template refuses a sample conversation (%s)", e)
+                continue
+            texts += rendered
     contents = sorted({c for turns in CHATS for _, c in turns}, key=len, reverse=True)
-    parts = chat_samples(path)
     for c in contents:
-        parts = [p for text in parts for p in text.split(c)]
-    return [p for p in dict.fromkeys(parts) if p]
+        texts = [p for text in texts for p in text.split(c)]
+    return [p for p in dict.fromkeys(texts) if p]
 
 
 def plan_trim(src: str | os.PathLike, corpus: str | os.PathLike, options: TrimOptions, *, revision: str | None = None,
