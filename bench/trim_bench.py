@@ -4,8 +4,9 @@ with an English corpus, against the original and against the transformers way.
     python bench/trim_bench.py                 # figures between the trim markers of bench/RESULTS.md
     python bench/trim_bench.py --tokens 2000   # a quicker quality pass (held-out tokens)
 
-The English corpus is the docstrings of the standard library's modules (every other module; the
-others, with the fixture prose, are the held-out text). Measured for each size:
+The English corpus is the docstrings of the standard library's files and of a few installed packages
+(PACKAGES), read with ast (every other file; the others' docstrings and the fixture prose are the
+held-out text). Measured for each size:
 - file size and parameters before/after;
 - wall time and peak RSS of `vocabsurgeon trim` (its own process, GNU time, as bench.py measures),
   of the transformers way (load the model, index_select the kept rows, write the trimmed tokenizer,
@@ -20,13 +21,15 @@ others, with the fixture prose, are the held-out text). Measured for each size:
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
-import inspect
 import json
 import os
+import random
 import shutil
 import statistics
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -38,37 +41,44 @@ real_model = importlib.import_module("real_model")
 
 BEGIN, END = "<!-- trim:begin -->", "<!-- trim:end -->"
 SIZES = (32768, 16384)
-MODULES = ("argparse", "collections", "email", "json", "logging", "os", "pathlib", "re", "subprocess", "typing",
-           "asyncio", "concurrent.futures", "dataclasses", "datetime", "decimal", "difflib", "enum", "functools",
-           "http.client", "inspect", "itertools", "multiprocessing", "pickle", "shutil", "socket", "sqlite3",
-           "statistics", "string", "tarfile", "threading", "unittest", "urllib.request", "xml.etree.ElementTree",
-           "zipfile", "tkinter", "turtle", "calendar", "csv", "configparser", "optparse")
+MAX_CORPUS = 8_000_000  # characters of the English corpus
+# Packages whose docstrings join the standard library's (technical English, several MB)
+PACKAGES = ("transformers", "huggingface_hub", "numpy", "click", "jinja2", "tokenizers", "safetensors")
 
 
-def _docs(name: str) -> list[str]:
+def _docstrings(path: Path) -> list[str]:
+    """The docstrings of one Python file, read with ast (nothing is imported)."""
     try:
-        mod = importlib.import_module(name)
-    except Exception:  # noqa: BLE001 (a module this Python lacks: skipped)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (SyntaxError, UnicodeDecodeError, ValueError):
         return []
-    out = []
-    for _, obj in inspect.getmembers(mod):
-        doc = inspect.getdoc(obj)
-        if doc and len(doc) > 80:
-            out.append(doc)
-    return list(dict.fromkeys(out))
+    nodes = [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    return [d for n in nodes if (d := ast.get_docstring(n)) and len(d) > 80]
 
 
 def corpora(work: Path) -> tuple[Path, list[str]]:
-    """The English corpus file (docstrings of every other module) and the held-out paragraphs."""
-    train, held = [], []
-    for i, name in enumerate(MODULES):
-        (train if i % 2 == 0 else held).extend(_docs(name))
-    held += [p for f in ("fixtures/corpus_lotr.txt", "vocabsurgeon/data/corpus.txt")
-             for p in (ROOT / f).read_text(encoding="utf-8").split("\n\n") if p.strip()]
+    """The English corpus file (docstrings of every other file of the standard library) and the held-out
+    paragraphs (the other files' docstrings, then the fixture prose)."""
+    lib, site = Path(sysconfig.get_paths()["stdlib"]), Path(sysconfig.get_paths()["purelib"])
+    roots = [lib] + [site / pkg for pkg in PACKAGES if (site / pkg).is_dir()]
+    skip = {"test", "tests", "idlelib", "site-packages"}
+    files = sorted(p for root in roots for p in root.rglob("*.py")
+                   if not skip & set(p.relative_to(root).parts) and (root != lib or "site-packages" not in p.parts))
+    train, held, size = [], [], 0
+    for i, f in enumerate(files):
+        docs = _docstrings(f)
+        if i % 2 == 0 and size < MAX_CORPUS:
+            train += docs
+            size += sum(map(len, docs))
+        elif i % 2 == 1:
+            held += docs
     path = work / "trim-en.txt"
     path.write_text("\n\n".join(train), encoding="utf-8")
-    pieces = [p.strip() for doc in held for p in doc.split("\n\n") if len(p.strip()) > 40]
-    return path, pieces
+    prose = [p for f in ("fixtures/corpus_lotr.txt", "vocabsurgeon/data/corpus.txt")
+             for p in (ROOT / f).read_text(encoding="utf-8").split("\n\n") if p.strip()]
+    pieces = [p.strip() for doc in held for p in doc.split("\n\n") if len(p.strip()) > 200]
+    random.Random(0).shuffle(pieces)  # a sample across the library, not its first files
+    return path, prose + pieces
 
 
 def transformers_way(src: str, out: str, idmap: str) -> None:
@@ -215,7 +225,8 @@ def main() -> None:
     head0 = lm_head_time(49152)
     lines = [
         f"SmolLM2-135M-Instruct (float32, tied, 49,152 tokens), English corpus {corpus.stat().st_size / 1e6:.1f} MB "
-        f"(stdlib docstrings), held-out {q['original']['bytes']:,} bytes; load average {load:.1f} at the start "
+        "(docstrings of the standard library and PACKAGES), "
+        f"held-out {q['original']['bytes']:,} bytes; load average {load:.1f} at the start "
         f"({os.cpu_count()} cores), so the times are under load.",
         "",
         "| | original | " + " | ".join(f"{s:,}" for s in SIZES) + " |",
