@@ -56,23 +56,35 @@ def test_sharded_llama_keeps_rows_bytes_and_shards(llama_ckpt, tmp_path):
     assert cfg["eos_token_id"] == list(kept).index(old_cfg["eos_token_id"])
 
 
-def test_tied_gpt2_stays_tied_and_special_ids_follow(gpt2_ckpt, tmp_path):
-    cfg = json.loads((gpt2_ckpt / "tokenizer_config.json").read_text())
-    eos = Tokenizer.from_file(str(gpt2_ckpt / "tokenizer.json")).token_to_id("<|endoftext|>")
-    # transformers 4 wrote the added tokens here too, by id
-    cfg["added_tokens_decoder"] = {str(eos): {"content": "<|endoftext|>", "special": True}}
-    (gpt2_ckpt / "tokenizer_config.json").write_text(json.dumps(cfg))
-    trim_vocabulary(gpt2_ckpt, tmp_path / "out", CORPUS, min_count=2)
+def test_tied_stays_tied_and_special_ids_follow(tmp_path):
+    from builders import bytelevel_tokenizer, tiny_checkpoint
+
+    tok = bytelevel_tokenizer(600)
+    tok.add_special_tokens({"eos_token": "<|tool|>"})  # an added token past the trained vocabulary: id 600
+    src = tiny_checkpoint(tmp_path / "src", tok)
+    eos = tok.convert_tokens_to_ids("<|tool|>")
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["eos_token_id"] = eos
+    (src / "config.json").write_text(json.dumps(cfg))
+    (src / "generation_config.json").write_text(json.dumps({"eos_token_id": [eos, 0], "pad_token_id": eos}))
+    tc = json.loads((src / "tokenizer_config.json").read_text())
+    # transformers 4 wrote the added tokens here too, by id, and in added_tokens.json
+    tc["added_tokens_decoder"] = {str(eos): {"content": "<|tool|>", "special": True}}
+    (src / "tokenizer_config.json").write_text(json.dumps(tc))
+    (src / "added_tokens.json").write_text(json.dumps({"<|tool|>": eos}))
+    trim_vocabulary(src, tmp_path / "out", CORPUS, min_count=2)
     out = tmp_path / "out"
     kept = _old_ids(out)
+    new = kept.index(eos)
+    assert new == len(kept) - 1 < eos  # the ids moved
     assert detect(Checkpoint.open(out)).tied
-    new_tok = Tokenizer.from_file(str(out / "tokenizer.json"))
-    assert new_tok.token_to_id("<|endoftext|>") == kept.index(eos)
-    for f in ("config.json", "generation_config.json"):
-        assert json.loads((out / f).read_text())["eos_token_id"] == kept.index(eos), f
-    assert {v["content"] for v in json.loads((out / "tokenizer_config.json").read_text())["added_tokens_decoder"].values()} \
-        == {"<|endoftext|>"}
-    assert list(json.loads((out / "tokenizer_config.json").read_text())["added_tokens_decoder"]) == [str(kept.index(eos))]
+    assert Tokenizer.from_file(str(out / "tokenizer.json")).token_to_id("<|tool|>") == new
+    assert json.loads((out / "config.json").read_text())["eos_token_id"] == new
+    assert json.loads((out / "generation_config.json").read_text()) == {"eos_token_id": [new, kept.index(0)],
+                                                                          "pad_token_id": new}
+    assert json.loads((out / "tokenizer_config.json").read_text())["added_tokens_decoder"] == {
+        str(new): {"content": "<|tool|>", "special": True}}
+    assert json.loads((out / "added_tokens.json").read_text()) == {"<|tool|>": new}
     card = (out / "README.md").read_text()
     assert card.startswith("---\ntags:\n- vocabsurgeon\n") and IDMAP_NAME in card
 

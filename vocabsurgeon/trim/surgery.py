@@ -416,7 +416,9 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
         view, offset = view[n:], offset + n
 
 
-_HANDLED = {INDEX_NAME, CONFIG_NAME, GENERATION_CONFIG_NAME, TOKENIZER_FILE, TOKENIZER_CONFIG, CARD_NAME, IDMAP_NAME}
+ADDED_TOKENS_FILE = "added_tokens.json"  # older transformers: {content: id} of the added tokens
+_HANDLED = {INDEX_NAME, CONFIG_NAME, GENERATION_CONFIG_NAME, TOKENIZER_FILE, TOKENIZER_CONFIG, CARD_NAME, IDMAP_NAME,
+            ADDED_TOKENS_FILE}
 
 
 def _write_metadata(plan: TrimPlan, stage: Path) -> None:
@@ -443,6 +445,9 @@ def _write_metadata(plan: TrimPlan, stage: Path) -> None:
         write_json(stage / GENERATION_CONFIG_NAME, remap_config(read_json(ckpt.path / GENERATION_CONFIG_NAME), new_of))
     if (ckpt.path / TOKENIZER_CONFIG).is_file():
         write_json(stage / TOKENIZER_CONFIG, remap_tokenizer_config(read_json(ckpt.path / TOKENIZER_CONFIG), new_of))
+    if (ckpt.path / ADDED_TOKENS_FILE).is_file():
+        added = read_json(ckpt.path / ADDED_TOKENS_FILE)
+        write_json(stage / ADDED_TOKENS_FILE, {t: new_of[i] for t, i in added.items() if i in new_of})
     (stage / TOKENIZER_FILE).write_text(json_text(trimmed(plan.data, [int(i) for i in plan.kept])) + "\n",
                                         encoding="utf-8")
     write_json(stage / IDMAP_NAME, {"old_ids": [int(i) for i in plan.kept], "rows_before": lay.rows,
