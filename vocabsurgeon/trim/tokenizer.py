@@ -17,7 +17,11 @@ from ..errors import InputError
 
 
 def merge_parts(merge) -> tuple[str, str]:
-    """The two parts of a merge as tokenizer.json writes it: "a b" (older files) or ["a", "b"]."""
+    """The two parts of a merge as tokenizer.json writes it: "a b" (older files) or ["a", "b"].
+
+        >>> merge_parts("Ġ t"), merge_parts(["Ġ", "t"])
+        (('Ġ', 't'), ('Ġ', 't'))
+    """
     if isinstance(merge, str):
         a, _, b = merge.partition(" ")
         return a, b
@@ -154,7 +158,11 @@ def _is_id_key(key: str) -> bool:
 
 
 def config_ids(config: dict) -> set[int]:
-    """Every token id a config (config.json, generation_config.json; nested configs too) names."""
+    """Every token id a config (config.json, generation_config.json; nested configs too) names.
+
+        >>> sorted(config_ids({"eos_token_id": [1, 106], "text_config": {"pad_token_id": 0}, "vocab_size": 262144}))
+        [0, 1, 106]
+    """
     found: set[int] = set()
     for key, value in config.items():
         if isinstance(value, dict):
