@@ -129,7 +129,8 @@ def speed(src: Path, corpus: Path, work: Path, size: int) -> dict:
     return {"vocabsurgeon": vs, "transformers": tw, "copy": copy, "out": out}
 
 
-def quality(src: Path, outs: dict[int, Path], pieces: list[str], max_tokens: int, prompts: list[str]) -> dict:
+def quality(src: Path, outs: dict[int, Path], pieces: list[str], max_tokens: int, prompts: list[str],
+            new_tokens: int) -> dict:
     import numpy as np
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -164,7 +165,7 @@ def quality(src: Path, outs: dict[int, Path], pieces: list[str], max_tokens: int
             x = tok(q, return_tensors="pt", add_special_tokens=False).input_ids
             x = torch.cat([torch.tensor([[bos]]), x], 1)
             with torch.no_grad():
-                y = model.generate(x, max_new_tokens=20, do_sample=False, pad_token_id=tok.eos_token_id)
+                y = model.generate(x, max_new_tokens=new_tokens, do_sample=False, pad_token_id=tok.eos_token_id)
             gens.append(tok.decode(y[0, x.shape[1]:], skip_special_tokens=True))
         return {"bits": bits, "bytes": nbytes, "tokens": toks, "gens": gens, "logp_kept": logp_kept,
                 "covered": covered}
@@ -212,15 +213,17 @@ def _params(path: Path) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=4000, help="held-out tokens scored per model")
+    ap.add_argument("--prompts", type=int, default=20, help="held-out prompts continued greedily")
+    ap.add_argument("--new-tokens", type=int, default=20, help="tokens generated per prompt")
     ap.add_argument("--no-write", action="store_true", help="print the table, leave RESULTS.md alone")
     args = ap.parse_args()
     work = HERE / "work"
     src = real_model.build(work)
     corpus, pieces = corpora(work)
-    prompts = [" ".join(p.split()[:12]) for p in pieces[::max(1, len(pieces) // 20)]][:20]
+    prompts = [" ".join(p.split()[:12]) for p in pieces[::max(1, len(pieces) // args.prompts)]][:args.prompts]
     load = os.getloadavg()[0]
     runs = {s: speed(src, corpus, work, s) for s in SIZES}
-    q = quality(src, {s: runs[s]["out"] for s in SIZES}, pieces, args.tokens, prompts)
+    q = quality(src, {s: runs[s]["out"] for s in SIZES}, pieces, args.tokens, prompts, args.new_tokens)
     size0, params0 = (src / "model.safetensors").stat().st_size, _params(src)
     head0 = lm_head_time(49152)
     lines = [
@@ -240,7 +243,7 @@ def main() -> None:
         "| held-out coverage (original tokens kept) | 1 | " + " | ".join(f"{q[s]['coverage']:.4f}" for s in SIZES) + " |",
         "| KL(p_new ‖ p_old) mean / p99 (nats) | 0 | "
         + " | ".join(f"{q[s]['kl_mean']:.4f} / {q[s]['kl_p99']:.4f}" for s in SIZES) + " |",
-        "| greedy continuations identical (20 prompts) | | "
+        f"| greedy continuations identical ({len(prompts)} prompts, {args.new_tokens} tokens) | | "
         + " | ".join(f"{q[s]['same_generations']:.0%}" for s in SIZES) + " |",
         f"| lm_head matmul, 256 positions (ms) | {head0 * 1e3:.2f} | "
         + " | ".join(f"{lm_head_time(s) * 1e3:.2f}" for s in SIZES) + " |",
