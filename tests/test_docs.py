@@ -40,10 +40,11 @@ def test_the_readme_and_the_python_api_page_have_examples_to_run():
 
 @pytest.mark.parametrize("where,line,code", BLOCKS, ids=[f"{f}:{n}" for f, n, _ in BLOCKS])
 def test_python_example_runs_as_written(where, line, code, tmp_path, monkeypatch, capsys):
-    """Run in a directory that holds what the examples name: `ckpt/` (the committed tiny GPT-2) and
-    `lotr.txt`; `out/` does not exist yet."""
+    """Run in a directory that holds what the examples name: `ckpt/` (the committed tiny GPT-2),
+    `lotr.txt` and a corpus `en.txt`; `out/` does not exist yet."""
     shutil.copytree(REPO / "fixtures" / "gpt2-tiny", tmp_path / "ckpt")
     shutil.copy(REPO / "fixtures" / "lotr.txt", tmp_path / "lotr.txt")
+    shutil.copy(REPO / "fixtures" / "corpus.txt", tmp_path / "en.txt")
     monkeypatch.chdir(tmp_path)
     exec(compile(code, f"{where}:{line}", "exec"), {"__name__": "__main__"})
     assert (tmp_path / "out" / "config.json").exists()  # every runnable example writes an output

@@ -16,6 +16,7 @@ from .add.surgery import AddJob, AddResult, add_tokens, apply
 from .explore.suggest import Suggestion, suggest_tokens
 from .add.wordlist import read_tokens_file
 from .add.pipeline import PushOptions, ValidationOptions, add_validate_push, finish_add
+from .trim.surgery import TrimOptions, TrimPlan, TrimResult, plan_trim, trim_vocabulary
 
 # The checks run models (torch, transformers): imported on first use, so that `import vocabsurgeon`
 # and a plain `add` stay light. (`compare` is also the name of its module: import it from
@@ -36,5 +37,6 @@ __all__ = [
     "AddResult", "Plan", "read_tokens_file", "STRATEGIES", "kl_bound", "VocabSurgeonError", "InputError",
     "OutputExistsError", "ValidationFailed", "PushError", "WriteError", "push", "PushResult", "resolve_checkpoint",
     "model_card", "write_model_card", "suggest_tokens", "Suggestion", "add_validate_push", "finish_add",
-    "ValidationOptions", "PushOptions", *_LAZY,
+    "ValidationOptions", "PushOptions", "trim_vocabulary", "plan_trim", "TrimOptions", "TrimPlan", "TrimResult",
+    *_LAZY,
 ]

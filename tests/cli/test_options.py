@@ -66,6 +66,7 @@ def _base_args(command: str, src, out, corpus, tmp) -> list[str]:
         "compare": ["compare", str(src), str(out)],
         "neighbors": ["neighbors", str(out), "Frodo"],
         "suggest": ["suggest", "--corpus", str(corpus), str(src)],
+        "trim": ["trim", "--dry-run", "--corpus", str(corpus), "--min-count", "1", str(src), str(tmp / "new")],
         "push": ["push", str(out), "me/never-pushed"],
     }[command]
 
