@@ -24,6 +24,7 @@ from tokenizers import Tokenizer
 from transformers import AutoTokenizer
 
 from vocabsurgeon.cli.commands import cli
+from vocabsurgeon.tokenizer.contexts import CONTEXTS as CONTEXT_TABLE
 from vocabsurgeon.tokenizer.editor import (
     TokenizerEditor,
     chat_samples,
@@ -314,7 +315,8 @@ def test_llama2_meta_layout_keeps_every_word_loads_as_written_and_reports_bracke
     assert summary["skipped"] == []
     assert len(summary["added"]) == len(words)  # one added token per word: "Frodo" matches "▁Frodo"
     assert set(summary["contexts_not_one_token"]) == set(words)
-    assert summary["contexts_not_one_token"]["Frodo"] == ["(Frodo)", '"Frodo"']
+    reported = summary["contexts_not_one_token"]["Frodo"]  # brackets, quotes, x=Frodo: the word keeps its old pieces
+    assert {"(Frodo)", '"Frodo"'} <= set(reported) <= {c.template.format(w="Frodo") for c in CONTEXT_TABLE if c.soft}
     old = AutoTokenizer.from_pretrained(src)
     new = AutoTokenizer.from_pretrained(tmp_path / "out")
     assert type(old).__name__ == "LlamaTokenizer" and type(new).__name__ in ("TokenizersBackend", "PreTrainedTokenizerFast")

@@ -151,7 +151,11 @@ def _word_matrix(src: Path, out: Path) -> dict:
     soft = [c.template for c in CONTEXT_TABLE if c.soft]  # the contexts where a word may keep its old pieces
     assert all(set(v) <= {t.format(w=w) for t in soft} for w, v in contexts.items()), contexts
     # issue 32: what a user does next, resize to len(tokenizer), and the tokenizer's other attributes
-    if summary["added"]:
+    # resize_token_embeddings(len(tokenizer)) needs ids below len(tokenizer): GPT-4o's o200k file has 19 unused ids
+    # below its last special token (len 200,000, ids up to 200,018), so that call already cuts the input's own rows
+    # there; the check applies where the input's ids are contiguous
+    contiguous = max(old.get_vocab().values()) + 1 == len(old)
+    if summary["added"] and contiguous:
         check_resize_keeps_new_rows(out, [a["id"] for a in summary["added"]])
     check_same_tokenizer_behaviour(src, out)
     return summary
@@ -238,7 +242,8 @@ def test_autotokenizer_of_the_output_gives_old_text_the_ids_autotokenizer_gave_t
                 assert sum(i in ids for i in got) == 1, (text, new.convert_ids_to_tokens(got))
             if text in (w, " " + w):
                 assert len(got) == 1 + (lead if text != w else 0), (text, new.convert_ids_to_tokens(got))
-    assert set().union(*soft.values()) <= {"(Frodo)", '"Frodo"', "(Gandalf)", '"Gandalf"'}
+    assert set().union(*soft.values()) <= {c.template.format(w=w) for c in CONTEXT_TABLE if c.soft
+                                           for w in ("Frodo", "Gandalf")}
 
 
 @pytest.mark.slow  # a 10,000-word plan on a 128k/151k vocabulary: ~10 s each on 2 cores
