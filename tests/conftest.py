@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -11,6 +12,16 @@ from builders import tiny_gpt2, tiny_llama
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (one worker per core), one torch/OpenMP thread per worker and per child process it
+    starts: with more, the workers' threads spin-wait on each other's cores."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        import torch
+
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

@@ -93,11 +93,12 @@ def chat_samples(directory: str | Path, tokenizer_config: dict | None = None, lo
         from transformers import AutoTokenizer
 
         tok = loaded() if loaded is not None else AutoTokenizer.from_pretrained(str(directory), trust_remote_code=False)
-        if tok is None:
-            raise ValueError("AutoTokenizer could not load it")
     except Exception as e:  # transformers' loader raises many types; the template is then not checked
-        logger.warning("%s: cannot load the tokenizer with transformers to render its chat template (%s: %s)",
-                       directory, type(e).__name__, e)
+        tok, why = None, f"{type(e).__name__}: {e}"
+    else:
+        why = "AutoTokenizer could not load it"
+    if tok is None:
+        logger.warning("%s: cannot load the tokenizer with transformers to render its chat template (%s)", directory, why)
         return []
     texts: list[str] = []
     for generation_prompt in (False, True):

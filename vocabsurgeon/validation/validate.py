@@ -229,13 +229,8 @@ def tokenization_check(old_tok, new_tok, text: str, new: NewIds, new_ids: list[i
 
 
 def _opened(ckpt: Checkpoint | str | os.PathLike) -> Checkpoint:
-    """The checkpoint record itself, or the directory opened into one (its config read with it)."""
-    if isinstance(ckpt, Checkpoint):
-        return ckpt
-    path = Path(ckpt)
-    if not (path / CONFIG_NAME).is_file():
-        raise InputError(f"{path / CONFIG_NAME}: missing; pass a Hugging Face checkpoint directory")
-    return Checkpoint.open(path)
+    """The checkpoint record itself, or the directory opened into one (`Checkpoint.open` names a missing config)."""
+    return ckpt if isinstance(ckpt, Checkpoint) else Checkpoint.open(ckpt)
 
 
 def _vocab_rows(ckpt: Checkpoint) -> int:
