@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from builders import tiny_gpt2, tiny_llama
+from fakehub import hub  # noqa: F401  (the fake Hub of the pull and push tests, as a fixture everywhere)
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
