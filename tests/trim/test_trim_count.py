@@ -65,6 +65,7 @@ def test_a_tokenizer_that_encodes_words_otherwise_is_counted_whole(corpus, tmp_p
     assert how == "counting every piece whole"
 
 
-def test_distinct_words_are_flushed_past_max_words(corpus, tmp_path, caplog, monkeypatch):
+def test_distinct_words_are_flushed_past_max_words_and_encoded_in_parts(corpus, tmp_path, caplog, monkeypatch):
     monkeypatch.setattr(count, "MAX_WORDS", 100)
+    monkeypatch.setattr(count, "ENCODE_WORDS", 7)
     _check(tiny_checkpoint(tmp_path / "ckpt", family_tokenizer("byte-level")), corpus, caplog)

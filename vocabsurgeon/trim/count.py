@@ -31,6 +31,7 @@ from ..tokenizer.encoding import encode_batch
 logger = logging.getLogger(__name__)
 
 MAX_WORDS = 1 << 20  # distinct words held before they are encoded and counted: bounds memory on a large corpus
+ENCODE_WORDS = 1 << 15  # words encoded at a time: an Encoding holds offsets and strings besides its ids
 _WORD = re.compile(r"(?<=\S)(?= )")  # before a space that follows a word: "a  b" is "a", "  b"
 
 
@@ -112,8 +113,12 @@ def _count_ids(encode, texts: list[str], size: int) -> np.ndarray:
 def _count_words(encode, words: Counter, size: int) -> np.ndarray:
     """(size,) counts of the ids of `words`, each distinct word encoded once and weighted by its count."""
     keys = [w for w in words if w]
-    ids = [e.ids for e in encode(keys, add_special_tokens=False)]
-    flat = np.fromiter(itertools.chain.from_iterable(ids), np.int64)
-    weights = np.repeat(np.fromiter((words[w] for w in keys), np.int64, len(keys)),
-                        np.fromiter(map(len, ids), np.int64, len(ids)))
-    return np.bincount(flat, weights=weights, minlength=size)[:size].astype(np.int64)  # float64: exact below 2**53
+    total = np.zeros(size, dtype=np.float64)  # exact below 2**53
+    for lo in range(0, len(keys), ENCODE_WORDS):
+        part = keys[lo:lo + ENCODE_WORDS]
+        ids = [e.ids for e in encode(part, add_special_tokens=False)]
+        flat = np.fromiter(itertools.chain.from_iterable(ids), np.int64)
+        weights = np.repeat(np.fromiter((words[w] for w in part), np.int64, len(part)),
+                            np.fromiter(map(len, ids), np.int64, len(ids)))
+        total += np.bincount(flat, weights=weights, minlength=size)[:size]
+    return total.astype(np.int64)
