@@ -1,14 +1,16 @@
-"""`vocabsurgeon trim` on a real model: SmolLM2-135M-Instruct (bench/real_model.py) cut to 32k and 16k tokens
-with an English corpus, against the original and against the transformers way.
+"""`vocabsurgeon trim` on a real model (bench/real_model.py: SmolLM2-135M-Instruct, or Gemma 3 270M) cut to 32k
+and 16k tokens with an English corpus, against the original and against the transformers way.
 
-    python -m bench.trim_bench                 # figures between the trim markers of bench/RESULTS.md
-    python -m bench.trim_bench --tokens 2000   # a quicker quality pass (held-out tokens)
+    python -m bench.trim_bench                  # SmolLM2: figures between the trim markers of bench/RESULTS.md
+    python -m bench.trim_bench --model gemma3   # Gemma 3 270M: between the trim-gemma3 markers
+    python -m bench.trim_bench --tokens 2000    # a quicker quality pass (held-out tokens)
 
-The English corpus is the docstrings of the standard library's files and of a few installed packages
-(PACKAGES), read with ast (every other file; the others' docstrings and the fixture prose are the
-held-out text). Measured for each size:
+The English corpus is the docstrings of the standard library's files and of the installed packages of
+PACKAGES, read with ast: every other file is trim corpus, the others' docstrings (disjoint files, the
+same domain) are the held-out text. Measured for each size:
 - file size and parameters before/after;
-- wall time and peak RSS of `vocabsurgeon trim` (its own process, GNU time, as bench.py measures),
+- wall time and peak RSS of `vocabsurgeon trim` (its own process, GNU time, as bench.py measures), and
+  the time of its write alone (`--json`'s seconds: the corpus counted and the plan made before),
   of the transformers way (load the model, index_select the kept rows, write the trimmed tokenizer,
   save_pretrained; it is handed the kept ids, so it does no counting) and of copying the checkpoint;
 - held-out bits per byte of each model on the same text pieces (each piece after the BOS token, so
@@ -38,11 +40,14 @@ from bench import real_model
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
-BEGIN, END = "<!-- trim:begin -->", "<!-- trim:end -->"
+MARKERS = {"smollm2": ("<!-- trim:begin -->", "<!-- trim:end -->"),
+           "gemma3": ("<!-- trim-gemma3:begin -->", "<!-- trim-gemma3:end -->")}
 SIZES = (32768, 16384)
-MAX_CORPUS = 8_000_000  # characters of the English corpus
-# Packages whose docstrings join the standard library's (technical English, several MB)
-PACKAGES = ("transformers", "huggingface_hub", "numpy", "click", "jinja2", "tokenizers", "safetensors")
+MAX_CORPUS = 20_000_000  # characters of the English corpus
+# Packages whose docstrings join the standard library's (technical English, tens of MB), where installed
+PACKAGES = ("transformers", "huggingface_hub", "numpy", "click", "jinja2", "tokenizers", "safetensors", "torch",
+            "matplotlib", "sympy", "scipy", "pandas", "IPython", "docutils", "botocore", "accelerate", "peft",
+            "sentence_transformers", "hypothesis", "_pytest")
 
 
 def _docstrings(path: Path) -> list[str]:
@@ -56,8 +61,8 @@ def _docstrings(path: Path) -> list[str]:
 
 
 def corpora(work: Path) -> tuple[Path, list[str]]:
-    """The English corpus file (docstrings of every other file of the standard library) and the held-out
-    paragraphs (the other files' docstrings, then the fixture prose)."""
+    """The English corpus file (docstrings of every other file of the standard library and PACKAGES) and
+    the held-out paragraphs (the other files' docstrings, shuffled)."""
     lib, site = Path(sysconfig.get_paths()["stdlib"]), Path(sysconfig.get_paths()["purelib"])
     roots = [lib] + [site / pkg for pkg in PACKAGES if (site / pkg).is_dir()]
     skip = {"test", "tests", "idlelib", "site-packages"}
@@ -73,11 +78,9 @@ def corpora(work: Path) -> tuple[Path, list[str]]:
             held += docs
     path = work / "trim-en.txt"
     path.write_text("\n\n".join(train), encoding="utf-8")
-    prose = [p for f in ("fixtures/corpus_lotr.txt", "vocabsurgeon/data/corpus.txt")
-             for p in (ROOT / f).read_text(encoding="utf-8").split("\n\n") if p.strip()]
     pieces = [p.strip() for doc in held for p in doc.split("\n\n") if len(p.strip()) > 200]
-    random.Random(0).shuffle(pieces)  # a sample across the library, not its first files
-    return path, prose + pieces
+    random.Random(0).shuffle(pieces)  # a sample across the libraries, not their first files
+    return path, pieces
 
 
 def transformers_way(src: str, out: str, idmap: str) -> None:
@@ -117,15 +120,18 @@ def speed(src: Path, corpus: Path, work: Path, size: int) -> dict:
     out, tf, cp = work / f"trim-{size}", work / f"trim-{size}-tf", work / f"trim-{size}-copy"
     for p in (out, tf, cp):
         shutil.rmtree(p, ignore_errors=True)
-    vs = bench.measure(_vs() + ["trim", "-q", "--corpus", str(corpus), "--vocab-size", str(size), str(src), str(out)],
-                       work / f"trim-{size}.log", env)
+    log = work / f"trim-{size}.log"
+    vs = bench.measure(_vs() + ["trim", "-q", "--json", "--corpus", str(corpus), "--vocab-size", str(size), str(src),
+                                str(out)], log, env)
+    text = log.read_text(encoding="utf-8")
+    write = json.loads(text[text.index("{"):])["seconds"]
     me = bench.module_command("trim_bench")
     tw = bench.measure(me + ["_transformers", str(src), str(tf), str(out / "vocabsurgeon_idmap.json")],
                        work / f"trim-{size}-tf.log", env)
     copy = bench.measure(["cp", "-r", str(src), str(cp)], work / f"trim-{size}-copy.log")
     shutil.rmtree(tf, ignore_errors=True)
     shutil.rmtree(cp, ignore_errors=True)
-    return {"vocabsurgeon": vs, "transformers": tw, "copy": copy, "out": out}
+    return {"vocabsurgeon": vs, "write": write, "transformers": tw, "copy": copy, "out": out}
 
 
 def quality(src: Path, outs: dict[int, Path], pieces: list[str], max_tokens: int, prompts: list[str],
@@ -184,7 +190,7 @@ def quality(src: Path, outs: dict[int, Path], pieces: list[str], max_tokens: int
     return res
 
 
-def lm_head_time(rows: int, hidden: int = 576, positions: int = 256, repeats: int = 30) -> float:
+def lm_head_time(rows: int, hidden: int, positions: int = 256, repeats: int = 30) -> float:
     import torch
 
     w, h = torch.randn(rows, hidden), torch.randn(positions, hidden)
@@ -211,25 +217,29 @@ def _params(path: Path) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--tokens", type=int, default=4000, help="held-out tokens scored per model")
+    ap.add_argument("--model", choices=sorted(MARKERS), default="smollm2", help="bench/real_model.py's model")
+    ap.add_argument("--tokens", type=int, default=16000, help="held-out tokens scored per model")
     ap.add_argument("--prompts", type=int, default=20, help="held-out prompts continued greedily")
     ap.add_argument("--new-tokens", type=int, default=20, help="tokens generated per prompt")
     ap.add_argument("--no-write", action="store_true", help="print the table, leave RESULTS.md alone")
     args = ap.parse_args()
     work = HERE / "work"
-    src = real_model.build(work)
+    src = real_model.build(work, args.model).resolve()  # bench/work/NAME may be a link: cp -r copies the target
     corpus, pieces = corpora(work)
+    config = json.loads((src / "config.json").read_text(encoding="utf-8"))
+    hidden, rows = config["hidden_size"], config["vocab_size"]
     prompts = [" ".join(p.split()[:12]) for p in pieces[::max(1, len(pieces) // args.prompts)]][:args.prompts]
     load = os.getloadavg()[0]
     runs = {s: speed(src, corpus, work, s) for s in SIZES}
     q = quality(src, {s: runs[s]["out"] for s in SIZES}, pieces, args.tokens, prompts, args.new_tokens)
     size0, params0 = (src / "model.safetensors").stat().st_size, _params(src)
-    head0 = lm_head_time(49152)
+    head0 = lm_head_time(rows, hidden)
     lines = [
-        f"SmolLM2-135M-Instruct (float32, tied, 49,152 tokens), English corpus {corpus.stat().st_size / 1e6:.1f} MB "
-        "(docstrings of the standard library and PACKAGES), "
-        f"held-out {q['original']['bytes']:,} bytes; load average {load:.1f} at the start "
-        f"({os.cpu_count()} cores), so the times are under load.",
+        f"{real_model.MODELS[args.model].description}, {rows:,} tokens; English corpus "
+        f"{corpus.stat().st_size / 1e6:.1f} MB (docstrings of every other file of the standard library and "
+        f"PACKAGES), held-out {q['original']['bytes']:,} bytes ({q['original']['tokens']:,} tokens) of the other "
+        f"files' docstrings; load average {load:.1f} at the start ({os.cpu_count()} cores), so the times are under "
+        "load.",
         "",
         "| | original | " + " | ".join(f"{s:,}" for s in SIZES) + " |",
         "|---|---|" + "---|" * len(SIZES),
@@ -245,10 +255,12 @@ def main() -> None:
         f"| greedy continuations identical ({len(prompts)} prompts, {args.new_tokens} tokens) | | "
         + " | ".join(f"{q[s]['same_generations']:.0%}" for s in SIZES) + " |",
         f"| lm_head matmul, 256 positions (ms) | {head0 * 1e3:.2f} | "
-        + " | ".join(f"{lm_head_time(s) * 1e3:.2f}" for s in SIZES) + " |",
+        + " | ".join(f"{lm_head_time(s, hidden) * 1e3:.2f}" for s in SIZES) + " |",
         "| vocabsurgeon trim: s / peak RSS MB | | "
         + " | ".join(f"{runs[s]['vocabsurgeon'].wall:.2f} / {runs[s]['vocabsurgeon'].rss / 2**20:.0f}" for s in SIZES)
         + " |",
+        "| its write alone (after counting and planning): s | | "
+        + " | ".join(f"{runs[s]['write']:.2f}" for s in SIZES) + " |",
         "| transformers way: s / peak RSS MB | | "
         + " | ".join(f"{runs[s]['transformers'].wall:.2f} / {runs[s]['transformers'].rss / 2**20:.0f}" for s in SIZES)
         + " |",
@@ -257,15 +269,9 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     if not args.no_write:
-        res = HERE / "RESULTS.md"
-        text = res.read_text(encoding="utf-8")
-        block = f"{BEGIN}\n{table}\n{END}"
-        if BEGIN in text:
-            head, rest = text.split(BEGIN, 1)
-            text = head + block + rest.split(END, 1)[1]
-        else:
-            text = text.rstrip("\n") + "\n\n## trim on a real model (issue 29)\n\n" + block + "\n"
-        res.write_text(text, encoding="utf-8")
+        begin, end = MARKERS[args.model]
+        bench.write_block(HERE / "RESULTS.md", f"{begin}\n{table}\n{end}", begin, end,
+                          heading=f"trim on {real_model.MODELS[args.model].name} (issue 29)")
 
 
 if __name__ == "__main__":

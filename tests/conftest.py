@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from builders import tiny_gpt2, tiny_llama
+from fakehub import hub  # noqa: F401  (the fake Hub of the pull and push tests, as a fixture everywhere)
+from published_models import published  # noqa: F401  (tiny models around published tokenizer files)
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"

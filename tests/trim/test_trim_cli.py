@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from checkpoint.test_hub import hub  # noqa: F401  (the fake Hub of the push tests, as a fixture here)
 from vocabsurgeon.cli.commands import cli
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "corpus.txt"
@@ -102,7 +101,7 @@ def test_help_has_an_example():
     assert r.exit_code == 0 and "vocabsurgeon trim --corpus en.txt --vocab-size 32000 ckpt/ out/" in r.output
 
 
-def test_push_to_sends_the_trimmed_checkpoint_in_one_commit(gpt2_ckpt, tmp_path, hub):  # noqa: F811
+def test_push_to_sends_the_trimmed_checkpoint_in_one_commit(gpt2_ckpt, tmp_path, hub):
     r = run("trim", "--corpus", CORPUS, "--vocab-size", 300, "--json", "--push-to", "me/gpt2-en", gpt2_ckpt,
             tmp_path / "out")
     assert r.exit_code == 0, r.output

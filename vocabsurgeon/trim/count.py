@@ -1,13 +1,22 @@
 """How a corpus uses a vocabulary: every token id counted under the original fast tokenizer, streamed.
 
-The corpus is read in bounded paragraph-sized pieces and encoded in batches (`suggest`'s reader: cut at
-whitespace before a word, where the pre-tokenizers split anyway), so memory is one batch plus one count
-per id, whatever the corpus size.
+The corpus is read in bounded paragraph-sized pieces (`suggest`'s reader: cut at whitespace before a
+word, where the pre-tokenizers split anyway). Most text is few distinct words used many times, so the
+pieces are cut further before each space that follows a word, the distinct words counted, and each
+encoded once, its ids weighted by its count. That is exact only where the tokenizer gives a word the
+same ids alone as in its text: the first batch is encoded both ways, with the word led by its space
+(byte-level BPE, Metaspace) or without it (a normalizer that prepends "▁", Llama 2's), and the words are
+used only where one way reproduces that batch's counts exactly; otherwise every piece is encoded whole.
+Memory is one batch, the distinct words (flushed past `MAX_WORDS`) and one count per id.
 """
 
 from __future__ import annotations
 
+import itertools
+import logging
 import os
+import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +27,12 @@ from tokenizers import Tokenizer
 from ..errors import InputError
 from ..explore.suggest import DEFAULT_CHUNK_CHARS, MAX_ITEM_CHARS, _batches, _Reader
 from ..tokenizer.encoding import encode_batch
+
+logger = logging.getLogger(__name__)
+
+MAX_WORDS = 1 << 20  # distinct words held before they are encoded and counted: bounds memory on a large corpus
+ENCODE_WORDS = 1 << 15  # words encoded at a time: an Encoding holds offsets and strings besides its ids
+_WORD = re.compile(r"(?<=\S)(?= )")  # before a space that follows a word: "a  b" is "a", "  b"
 
 
 @dataclass(frozen=True)
@@ -51,16 +66,59 @@ def count_tokens(tok: Tokenizer, corpus: str | os.PathLike, size: int, *, chunk_
     reader = _Reader(path, min(chunk_chars, MAX_ITEM_CHARS))
     counts = np.zeros(size, dtype=np.int64)
     encode, reported = encode_batch(tok), 0
+    words: Counter[str] = Counter()
+    split = None  # how a piece becomes words, once the first batch has shown which way is exact
     for batch in _batches(reader, chunk_chars):
-        ids = [i for enc in encode(batch, add_special_tokens=False) for i in enc.ids]
-        if ids:  # one bincount per batch: a (size,) array per paragraph would cost more than the encoding
-            counts += np.bincount(np.asarray(ids, dtype=np.int64), minlength=size)[:size]
+        if split is None:
+            whole = _count_ids(encode, batch, size)
+            split = next((f for f in (_space_led, _bare) if np.array_equal(
+                _count_words(encode, Counter(w for text in batch for w in f(text)), size), whole)), False)
+            counts += whole
+            logger.info("counting %s", f"each distinct word once ({split.__name__[1:]})" if split else "every piece whole")
+        elif split:
+            words.update(w for text in batch for w in split(text))
+            if len(words) > MAX_WORDS:
+                counts += _count_words(encode, words, size)
+                words.clear()
+        else:
+            counts += _count_ids(encode, batch, size)
         if progress:
             progress(reader.pos - reported)
             reported = reader.pos
+    if words:
+        counts += _count_words(encode, words, size)
     if reader.bytes == 0:
         raise InputError(f"{path}: the corpus is empty; pass a UTF-8 text file with the domain's text to --corpus")
     if not counts.any():
         raise InputError(f"{path}: the corpus tokenizes to no token at all; pass a file with the domain's text "
                          "to --corpus")
     return TokenCounts(path, reader.bytes, counts)
+
+
+def _space_led(text: str) -> list[str]:
+    return _WORD.split(text)
+
+
+def _bare(text: str) -> list[str]:
+    first, *rest = _WORD.split(text)  # every part but the first starts with the space it was cut before
+    return [first, *(w[1:] for w in rest)]
+
+
+def _count_ids(encode, texts: list[str], size: int) -> np.ndarray:
+    """(size,) counts of the ids of `texts`, each encoded whole."""
+    ids = np.fromiter(itertools.chain.from_iterable(e.ids for e in encode(texts, add_special_tokens=False)), np.int64)
+    return np.bincount(ids, minlength=size)[:size]
+
+
+def _count_words(encode, words: Counter, size: int) -> np.ndarray:
+    """(size,) counts of the ids of `words`, each distinct word encoded once and weighted by its count."""
+    keys = [w for w in words if w]
+    total = np.zeros(size, dtype=np.float64)  # exact below 2**53
+    for lo in range(0, len(keys), ENCODE_WORDS):
+        part = keys[lo:lo + ENCODE_WORDS]
+        ids = [e.ids for e in encode(part, add_special_tokens=False)]
+        flat = np.fromiter(itertools.chain.from_iterable(ids), np.int64)
+        weights = np.repeat(np.fromiter((words[w] for w in part), np.int64, len(part)),
+                            np.fromiter(map(len, ids), np.int64, len(ids)))
+        total += np.bincount(flat, weights=weights, minlength=size)[:size]
+    return total.astype(np.int64)

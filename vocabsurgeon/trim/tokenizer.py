@@ -36,7 +36,15 @@ class TokenizerVocab:
 
     @property
     def kind(self) -> str:
-        return self.model.get("type") or ("BPE" if "merges" in self.model else "unknown")
+        """The model type; files of tokenizers < 0.10 (t5-small's) have none: told by their keys."""
+        model = self.model
+        if model.get("type"):
+            return model["type"]
+        if "merges" in model:
+            return "BPE"
+        if isinstance(model.get("vocab"), list):
+            return "Unigram"
+        return "WordPiece" if "max_input_chars_per_word" in model else "unknown"
 
     @property
     def model(self) -> dict:
