@@ -179,18 +179,22 @@ def test_plan_names_family_mechanism_and_pieces(family, built):
     assert all(t.pieces == ed.encode(t.form) and len(t.pieces) > 1 for t in plan.new)
 
 
-def test_byte_level_word_that_the_decoder_would_garble_is_a_vocabulary_entry(built, tmp_path):
-    # An added token "Éowyn" would decode as "\ufffdowyn": its characters are all byte symbols.
+def test_byte_level_word_that_the_decoder_would_garble_is_an_added_token_the_decoder_spells_as_bytes(built, tmp_path):
+    # An added token "Éowyn" would decode as "\ufffdowyn" (its characters are all byte symbols) without the Replace
+    # step before ByteLevel; an added token, not an entry that only ignore_merges reaches, as llama.cpp reads it alike.
     src = built("byte-level-gpt2")
     plan = TokenizerEditor(src).plan(["Éowyn"])
     forms = {t.form: t for t in plan.new}
-    assert (forms["Éowyn"].mechanism, forms["Éowyn"].piece) == ("vocab", byte_level("Éowyn"))
+    assert (forms["Éowyn"].mechanism, forms["Éowyn"].piece) == ("added", "Éowyn")
     assert (forms[" Éowyn"].mechanism, forms[" Éowyn"].piece) == ("added", " Éowyn")
-    assert plan.set_ignore_merges
+    assert not plan.set_ignore_merges
     assert plan.notes == [
         "tokenizer_class GPT2Tokenizer -> PreTrainedTokenizerFast, so transformers loads tokenizer.json as written "
-        "(model-specific classes rebuild it from vocab and merges and would drop ignore_merges)"
+        "(model-specific classes rebuild its decoder, which would decode added tokens such as 'Éowyn' as bytes)"
     ]
+    decoder = TokenizerEditor(src).edited(plan)["decoder"]
+    assert decoder["decoders"][:2] == [{"type": "Replace", "pattern": {"String": " Éowyn"}, "content": byte_level(" Éowyn")},
+                                       {"type": "Replace", "pattern": {"String": "Éowyn"}, "content": byte_level("Éowyn")}]
     out = tmp_path / "out"
     _add(src, out, "-t", "Éowyn")
     tok = AutoTokenizer.from_pretrained(out)

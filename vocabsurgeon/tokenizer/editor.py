@@ -751,6 +751,8 @@ class TokenizerEditor:
                 vocab[t.piece] = t.id
         else:
             raise InputError(f"{self.dir / TOKENIZER_FILE}: the model has no vocabulary; re-download it")
+        if self.family is not None:
+            data["decoder"] = self.family.decoder(plan.new, data.get("decoder"))
         added = data.setdefault("added_tokens", [])
         for t in plan.new:
             if t.mechanism in ("added", "special"):
@@ -783,7 +785,7 @@ class TokenizerEditor:
                 if isinstance(cfg.get(key), list) and content in cfg[key]:
                     cfg[key].remove(content)
         for t in plan.new:
-            if t.mechanism == "vocab":
+            if t.mechanism in ("vocab", "merge"):  # model entries: listed as added tokens, converters would take them so
                 continue
             if isinstance(decoder, dict):
                 decoder[str(t.id)] = {

@@ -112,6 +112,10 @@ class Family:
         the entries, so that the output must be loaded as written; None when it would not."""
         return None
 
+    def decoder(self, new: list[Drafted], decoder: dict | None) -> dict | None:
+        """tokenizer.json's "decoder" for the output: the input's, unless the new entries need a step more."""
+        return decoder
+
     def merge_pair(self, form: str) -> tuple[str, str] | None:
         """The two existing pieces a "merge" entry for `form` joins."""
         return None

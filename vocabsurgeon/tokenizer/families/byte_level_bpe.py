@@ -9,7 +9,7 @@ from tokenizers import Regex, pre_tokenizers
 
 from ...errors import InputError
 from .base import Entry, Family, Skip
-from .pieces import FormIndex, byte_level, bytes_of
+from .pieces import FormIndex, byte_level, bytes_of, parts_of
 from .shared import has_node, split_risks, splitting_note
 
 logger = logging.getLogger(__name__)
@@ -171,12 +171,21 @@ class WholePreTokens:
 
 class ByteLevelBPE(Family):
     """Two added tokens per word (the space is part of " Frodo"). A form that an added token would
-    break is a real entry with ignore_merges instead, produced only for a whole pre-token: a bare
-    form the ByteLevel decoder would garble ("Éowyn" -> "Ã\\x89owyn"), or a form inside an existing
-    token ("return" inside " return": added tokens match anywhere). Where ignore_merges would change
-    existing tokenization, such a form that BPE splits into two pieces gets one merge, appended
-    last, instead. Skipped: a garbled bare form the pre-tokenizer splits ("°C"), a word whose bare
-    form would split its own word-start token, or whose garbled bare form can be neither."""
+    break (a bare form the ByteLevel decoder would garble, "Éowyn" -> "Ã\\x89owyn", or a form inside an
+    existing token, "return" inside " return") and that is a whole pre-token is written so that every
+    runtime reads it alike where it can be (issue 32: llama.cpp applies ignore_merges only for some
+    pre-tokenizer types, so there an entry that only ignore_merges reaches is split):
+    - a form BPE splits into two existing pieces: one merge, appended last (read by every BPE runtime,
+      and by transformers' classes that rebuild the tokenizer from vocab and merges);
+    - a garbled form: an added token (llama.cpp's converter makes it USER_DEFINED, matched before BPE as
+      transformers matches added tokens), with a Replace step before the decoder that spells it as
+      its bytes (`decoder`), so that it decodes as written;
+    - otherwise (three or more pieces, and an added token would split an existing token) a vocabulary
+      entry with ignore_merges: transformers reaches it, llama.cpp only where its pre-tokenizer type
+      sets ignore_merges (a note says so).
+    No merge chain: its first merge would join two pieces of the word wherever they meet ("M" "Ã¼" in
+    "Müde"), changing text without the word. Skipped: a garbled form that can be none of these, a
+    word whose bare form would split its own word-start token and cannot be an entry."""
 
     name = "byte-level-bpe"
 
@@ -190,6 +199,7 @@ class ByteLevelBPE(Family):
         self.blocked: dict[str, str] = {}  # word -> why its bare form can be neither an added token nor an entry
         self.unsafe: list[str] = []  # words whose garbled bare form cannot be an entry here (UNSAFE_FORM)
         self.risks: dict[str, str] = {}
+        self.inside_old: set[str] = set()  # garbled forms whose characters an existing token holds
 
     # --- what this family knows about its tokenizer
 
@@ -283,23 +293,26 @@ class ByteLevelBPE(Family):
     def prepare(self, words: list[str]) -> None:
         garbled_entries = [byte_level(w) for w in words if self.garbled(w) and self.whole(w)]
         self.risks = split_risks(self.ed, words, byte_level, garbled_entries)
+        garbled = {w for w in words if self.garbled(w)}
+        old = [p for p in self.ed.vocab if p not in self.ed.added] + list(self.ed.added)
+        self.inside_old = set(parts_of(old, garbled)) if garbled else set()
 
     def entries(self, w: str) -> list[Entry]:
         out = []
         for form in (w, " " + w):
             garbled = self.garbled(form)
             whole = (garbled or form in self.risks) and self.whole(form)
-            # A vocabulary entry with ignore_merges is produced only for a whole pre-token, never
-            # inside " return" or "returned". Where ignore_merges would change existing text, a
-            # form BPE splits into two existing pieces gets one merge instead, at the lowest
-            # priority: it applies only where BPE would otherwise stop at those two pieces, so
-            # never inside " return" (already one token), only where the text has the form
-            # ("returned" -> "return" + "ed"), and loaders that rebuild the tokenizer from vocab +
-            # merges keep it. A word whose garbled bare form can be neither is skipped (admit).
-            if whole and self.entries_allowed():
-                out.append(Entry(form, byte_level(form), "vocab"))
-            elif whole and self.merge_pair(form):
+            # Only a whole pre-token gets an entry (vocab or merge), never inside " return" or
+            # "returned". A merge at the lowest priority applies only where BPE would otherwise stop at
+            # the form's two pieces: only where the text has the form, never inside " return" (one
+            # token already). Merges and added tokens come first, as every runtime reads them alike;
+            # an entry that only ignore_merges reaches is the last resort (see the class docstring).
+            if whole and self.merge_pair(form):
                 out.append(Entry(form, byte_level(form), "merge"))
+            elif whole and garbled and self.repairable(form) and not (form == w and self.splits_word_start(w)):
+                out.append(Entry(form, form, "added"))
+            elif whole and self.entries_allowed():
+                out.append(Entry(form, byte_level(form), "vocab"))
             elif whole and garbled:
                 out.append(Entry(form, byte_level(form), "vocab"))
             elif garbled:
@@ -309,6 +322,33 @@ class ByteLevelBPE(Family):
             else:
                 out.append(Entry(form, form, "added"))
         return out
+
+    def repairable(self, form: str) -> bool:
+        """Whether an added token for the garbled `form` can decode as written: the output is loaded as
+        its tokenizer.json is written (no class rebuilds its decoder), and no existing token holds the
+        characters of `form` (the Replace step of `decoder` would change how that token decodes)."""
+        return (form not in self.inside_old and form not in self.ed.vocab and form not in self.ed.added
+                and self.ed.forced_class() is None and self.ed.loads_otherwise() is None)
+
+    def decoder(self, new, decoder: dict | None) -> dict | None:
+        """The input's decoder, after a Replace step that spells each garbled added token as its bytes
+        ("Müller" -> "MÃ¼ller"): ByteLevel reads each character of a token as a byte symbol, and would
+        decode it as "M\\xfcller". A new added token that holds one (" Müller") is spelled whole first,
+        longest first, so that no step changes part of another."""
+        garbled = {t.piece for t in new if t.mechanism == "added" and self.garbled(t.piece)}
+        if not garbled or not has_node(decoder, "ByteLevel"):
+            return decoder
+        index = FormIndex(garbled)
+        forms = sorted({t.piece for t in new if t.mechanism == "added" and (t.piece in garbled or index.inside(t.piece))},
+                       key=len, reverse=True)
+        steps = [{"type": "Replace", "pattern": {"String": f}, "content": byte_level(f)} for f in forms]
+        return {"type": "Sequence", "decoders": [*steps, decoder]}
+
+    def rebuild_breaks(self, new) -> str | None:
+        if any(t.mechanism == "added" and self.garbled(t.piece) for t in new):
+            return "model-specific classes rebuild its decoder, which would decode added tokens such as " \
+                   f"{next(t.piece for t in new if t.mechanism == 'added' and self.garbled(t.piece))!r} as bytes"
+        return None
 
     def admit(self, w: str, entry: Entry) -> bool:
         if entry.mechanism == "added" and entry.form == w and self.splits_word_start(w):
@@ -343,6 +383,14 @@ class ByteLevelBPE(Family):
         note = splitting_note(self.ed, new, self.risks, self.why_not_entry)
         if note:
             notes.append(note)
+        entries = [t for t in new if t.mechanism == "vocab"]
+        if entries:
+            note = (f"{len(entries)} token(s) (e.g. {entries[0].form!r}) are vocabulary entries that only ignore_merges "
+                    "reaches (neither a merge of two pieces nor an added token fits them): transformers gives them one "
+                    "token, llama.cpp only where its pre-tokenizer type applies ignore_merges (llama-bpe) and splits "
+                    "them elsewhere (docs/gguf.md)")
+            notes.append(note)
+            logger.info("%s", note)
 
     def _demote_shadowed(self, new) -> None:
         """A new entry (vocab or merge) that contains a new added token (" Resto" and an added

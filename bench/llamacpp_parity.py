@@ -1,0 +1,93 @@
+"""llama.cpp against transformers on `add`'s output: ids equal, per published tokenizer family, input and output.
+
+For each family, a tiny Llama around its published tokenizer files (fixtures/published.py) gets WORDS with
+`add`; the input and the output are converted with llama.cpp's own convert_hf_to_gguf.py (fixtures/llamacpp.py,
+pinned) and tokenized by llama.cpp (llama-cpp-python, vocabulary only) and by transformers' AutoTokenizer:
+fixtures/corpus.txt's paragraphs and each word in every context of vocabsurgeon/tokenizer/contexts.py.
+
+    python -m bench.llamacpp_parity --results bench/RESULTS.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from bench import common
+from vocabsurgeon import add_tokens
+from vocabsurgeon.tokenizer import contexts
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+sys.path.insert(0, str(FIXTURES))
+import llamacpp  # noqa: E402
+from published import tiny_llama  # noqa: E402
+
+BEGIN, END = "<!-- llamacpp-parity:begin -->", "<!-- llamacpp-parity:end -->"
+HEADING = "llama.cpp tokenization parity (issue 32)"
+FAMILIES = ["qwen3", "llama3", "gpt2", "gpt4o", "gemma2", "gemma3", "llama2"]  # those shipping a tokenizer.json
+WORDS = ["Frodo", "Gandalf", "Müller", "Éowyn", "Lothlórien", "Björk", "José", "Zoë", "Kubernetes", "pathlib",
+         "getUserName", "tachycardia", "Москва"]
+
+
+def texts(words: list[str]) -> list[str]:
+    """fixtures/corpus.txt's paragraphs, then each word in every context."""
+    paragraphs = [p for p in (FIXTURES / "corpus.txt").read_text(encoding="utf-8").split("\n\n") if p.strip()]
+    return [*paragraphs, *dict.fromkeys(c.text for c in contexts.cases(words))]
+
+
+def measure(name: str, work: Path, words: list[str]) -> dict:
+    """One family's row: ids (and decodings) equal in both runtimes out of all texts, input and output."""
+    root = work / name
+    shutil.rmtree(root, ignore_errors=True)
+    src, out = tiny_llama(name, root / "src"), root / "out"
+    summary = add_tokens(src, out, words).to_dict()
+    row = {"family": name, "texts": len(texts(words)), "added": len(summary["added"]),
+           "skipped": len(summary["skipped"]),
+           "ignore_merges_only": sorted({a["token"] for a in summary["added"] if a["mechanism"] == "vocab"})}
+    for side, ckpt in (("input", src), ("output", out)):
+        gguf = root / f"{side}.gguf"
+        done = llamacpp.convert(ckpt, gguf)
+        if done.returncode != 0:
+            raise RuntimeError(f"{name} {side}: convert_hf_to_gguf.py failed: {done.stderr[-1500:]}")
+        missed = llamacpp.mismatches(ckpt, gguf, texts(words))
+        row[f"{side}_ids"] = row["texts"] - sum(m[1] != m[2] for m in missed)
+        row[f"{side}_decode"] = row["texts"] - sum(m[3] != m[4] for m in missed)
+        row[f"{side}_examples"] = [[m[0][:40], m[1][:8], m[2][:8]] for m in missed if m[1] != m[2]][:3]
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| tokenizer (tiny Llama around the published files) | input: ids equal | output: ids equal | "
+             "output: decodings equal | words added / skipped | entries only ignore_merges reaches |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        n = r["texts"]
+        lines.append(f"| {r['family']} | {r['input_ids']}/{n} | {r['output_ids']}/{n} | {r['output_decode']}/{n} | "
+                     f"{r['added']} entries / {r['skipped']} | {', '.join(r['ignore_merges_only']) or 'none'} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--families", nargs="*", default=FAMILIES, choices=FAMILIES)
+    ap.add_argument("--words", nargs="*", default=WORDS)
+    ap.add_argument("--work", type=Path, default=Path("bench/work/llamacpp_parity"))
+    ap.add_argument("--results", type=Path, help="write the table into this markdown file, between the markers")
+    ap.add_argument("--json", type=Path, help="write every figure here")
+    args = ap.parse_args(argv)
+    rows = [measure(name, args.work, args.words) for name in args.families]
+    text = (f"llama-cpp-python {llamacpp.VERSION} (its convert_hf_to_gguf.py and llama.cpp), {len(args.words)} words in "
+            f"every context and fixtures/corpus.txt's paragraphs; `Llama(vocab_only=True).tokenize` against "
+            f"`AutoTokenizer`, no special tokens. {common.uptime()}\n\n{table(rows)}")
+    print(text)
+    if args.results:
+        common.write_block(args.results, f"{BEGIN}\n{text}\n{END}", BEGIN, END, HEADING)
+    if args.json:
+        common.publish(text, rows, None, args.json, BEGIN, END)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

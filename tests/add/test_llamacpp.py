@@ -1,0 +1,79 @@
+"""llama.cpp reads `add`'s output as transformers does (issue 32): the output, converted with llama.cpp's own
+converter (fixtures/llamacpp.py), tokenizes the corpus and each new word in every context to transformers' ids
+and decodes them alike, for the published tokenizer families whose input already has that parity."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from transformers import AutoTokenizer
+
+from vocabsurgeon import add_tokens
+from vocabsurgeon.tokenizer import contexts
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+sys.path.insert(0, str(FIXTURES))
+import llamacpp  # noqa: E402
+from published import tiny_llama  # noqa: E402
+
+try:
+    import llama_cpp
+except ImportError as e:  # compiled on install: not every machine has it
+    llama_cpp, WHY = None, f"llama_cpp does not import ({e}); pip install llama-cpp-python==0.3.36"
+else:
+    WHY = ""
+
+pytestmark = [pytest.mark.llamacpp, pytest.mark.skipif(llama_cpp is None, reason=WHY)]
+
+# Names, accented names (the bare form garbled as an added token), jargon whose bare form BPE splits in two
+# ("Kubernetes", "pathlib") or which is one token after a space already, and a word of another script.
+WORDS = ["Frodo", "Gandalf", "Müller", "Éowyn", "Lothlórien", "Björk", "José", "Zoë", "Kubernetes", "pathlib",
+         "getUserName", "tachycardia", "Москва"]
+PARAGRAPHS = [p for p in (FIXTURES / "corpus.txt").read_text(encoding="utf-8").split("\n\n") if p.strip()]
+
+
+def _texts(words: list[str]) -> list[str]:
+    return [*PARAGRAPHS, *dict.fromkeys(c.text for c in contexts.cases(words))]
+
+
+@pytest.mark.slow  # llama.cpp's converter imports torch and transformers in its own process: ~40 s on 2 loaded cores
+@pytest.mark.parametrize("name", ["qwen3", "llama3", "gpt2", "gemma3"])
+def test_llama_cpp_tokenizes_the_output_as_transformers_does(name, tmp_path):
+    src = tiny_llama(name, tmp_path / "src")
+    summary = add_tokens(src, tmp_path / "out", WORDS).to_dict()
+    assert summary["added"], summary["skipped"]
+    done = llamacpp.convert(tmp_path / "out", tmp_path / "out.gguf")
+    assert done.returncode == 0, done.stderr[-2000:]
+
+    # An entry that only ignore_merges reaches is split by llama.cpp (which applies it for few pre-tokenizer
+    # types); it is written only where no merge and no added token fits: a bare form of three or more pieces
+    # whose word-start form is one token already (an added token would split that token).
+    old = AutoTokenizer.from_pretrained(src)
+    last_resort = {a["token"] for a in summary["added"] if a["mechanism"] == "vocab"}
+    for w in last_resort:
+        assert len(old(w, add_special_tokens=False)["input_ids"]) >= 3, w
+        assert len(old(" " + w, add_special_tokens=False)["input_ids"]) == 1, w
+    texts = _texts([w for w in WORDS if w not in last_resort])
+    assert llamacpp.mismatches(tmp_path / "out", tmp_path / "out.gguf", texts) == []
+    new = AutoTokenizer.from_pretrained(tmp_path / "out")
+    for a in summary["added"]:  # the words are new tokens in both
+        assert new(a["form"], add_special_tokens=False)["input_ids"] == [a["id"]], a
+
+
+@pytest.mark.slow  # as above, and llama.cpp loads the model's weights
+def test_llama_cpp_generates_from_the_converted_output_of_add(tmp_path):
+    src = tiny_llama("qwen3", tmp_path / "src")
+    summary = add_tokens(src, tmp_path / "out", ["Éowyn", "Kubernetes"]).to_dict()
+    done = llamacpp.convert(tmp_path / "out", tmp_path / "out.gguf")
+    assert done.returncode == 0, done.stderr[-2000:]
+    llm = llama_cpp.Llama(model_path=str(tmp_path / "out.gguf"), n_ctx=64, verbose=False)
+    text = "Kubernetes, said Éowyn"
+    prompt = llm.tokenize(text.encode(), add_bos=False)
+    new_ids = {a["form"]: a["id"] for a in summary["added"]}
+    assert prompt == AutoTokenizer.from_pretrained(tmp_path / "out")(text, add_special_tokens=False)["input_ids"]
+    assert new_ids["Kubernetes"] in prompt and new_ids[" Éowyn"] in prompt
+    generated = [t for _, t in zip(range(5), llm.generate(prompt, top_k=1, temp=0.0))]
+    assert len(generated) == 5 and all(0 <= t < llm.n_vocab() for t in generated)
+    assert llm.n_vocab() == summary["rows_after"]

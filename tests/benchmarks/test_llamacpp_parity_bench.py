@@ -1,0 +1,36 @@
+"""`python -m bench.llamacpp_parity` keeps working: one family, two words, and its block in RESULTS.md."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+try:
+    import llama_cpp  # noqa: F401
+except ImportError as e:
+    WHY = f"llama_cpp does not import ({e}); pip install llama-cpp-python==0.3.36"
+else:
+    WHY = ""
+
+
+@pytest.mark.llamacpp
+@pytest.mark.skipif(bool(WHY), reason=WHY)
+@pytest.mark.slow  # two conversions, each imports torch and transformers in its own process: ~1 min on 2 loaded cores
+def test_one_family_is_measured_and_its_block_written_keeping_the_rest(tmp_path):
+    from bench import llamacpp_parity
+
+    results = tmp_path / "RESULTS.md"
+    results.write_text(f"# Results\n\nprose\n\n{llamacpp_parity.BEGIN}\nold\n{llamacpp_parity.END}\n\n## Later\nkept\n")
+    proc = subprocess.run([sys.executable, "-m", "bench.llamacpp_parity", "--families", "gpt2", "--words", "Frodo", "Éowyn",
+                           "--work", str(tmp_path / "work"), "--results", str(results)],
+                          capture_output=True, text=True, timeout=900, check=False, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = results.read_text(encoding="utf-8")
+    assert text.startswith("# Results\n\nprose\n\n") and text.endswith("\n\n## Later\nkept\n") and "\nold\n" not in text
+    n = len(llamacpp_parity.texts(["Frodo", "Éowyn"]))
+    assert f"| gpt2 | {n}/{n} | {n}/{n} | {n}/{n} |" in text
