@@ -3,6 +3,7 @@
     python -m bench.encoder_bench                                # both sets, every run, tables on stdout
     python -m bench.encoder_bench --set names --runs mean fitted
     python -m bench.encoder_bench --results bench/RESULTS.md --json bench/work/encoder_bench.json
+    python -m bench.encoder_bench --bounds                       # what mean pooling allows (pooled_bounds)
     python -m bench.encoder_bench --mlm --results bench/RESULTS.md --json bench/work/encoder_bench_mlm.json
 
 The model is the real sentence-transformers checkpoint all-MiniLM-L6-v2 (BertModel body, 6 layers,
@@ -123,6 +124,39 @@ def table(rows: list[dict]) -> str:
         lines.append(f"| {r['init']} | {r['cos_mean']:.4f} / {r['cos_min']:.4f} / {r['cos_p5']:.4f} | "
                      f"{'yes' if r['old_text_identical'] else 'NO'} | {fit} | {r['add_seconds']:.1f} | {load} |")
     return "\n".join(lines)
+
+
+def pooled_bounds(src: Path, words: list[str], test: list[str]) -> dict[str, list[float]]:
+    """What mean pooling allows when every other position keeps its last hidden state (`--bounds`): per held-out
+    sentence, the cosine to the original embedding (original model, tokenization and states) when each new
+    word's pieces give way to one position holding their mean ("mean of pieces"), their sum's direction at the
+    largest piece's norm ("sum direction"), or nothing ("dropped")."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tok, body = AutoTokenizer.from_pretrained(src), AutoModel.from_pretrained(src).eval()
+    pieces = [p for p in (tok(w, add_special_tokens=False).input_ids for w in words) if len(p) > 1]
+    out: dict[str, list[float]] = {"mean of pieces": [], "sum direction": [], "dropped": []}
+    for s in test:
+        ids = tok(s, truncation=True, max_length=256).input_ids
+        with torch.no_grad():
+            h = body(input_ids=torch.tensor([ids])).last_hidden_state[0].double()
+        spans, i = [], 0
+        while i < len(ids):
+            p = next((p for p in pieces if ids[i:i + len(p)] == p), [i])
+            if len(p) > 1:
+                spans.append((i, len(p)))
+            i += len(p)
+        keep = torch.ones(len(ids), dtype=torch.bool)
+        for a, k in spans:
+            keep[a:a + k] = False
+        rest, parts = h[keep].sum(0), [h[a:a + k] for a, k in spans]
+        one = {"mean of pieces": [q.mean(0) for q in parts], "dropped": [],
+               "sum direction": [q.sum(0) / q.sum(0).norm() * q.norm(dim=-1).max() for q in parts]}
+        for name, rows in one.items():
+            out[name].append(float(torch.nn.functional.cosine_similarity(rest + sum(rows, torch.zeros_like(rest)),
+                                                                         h.sum(0), dim=0)))
+    return out
 
 
 MLM_BEGIN, MLM_END = "<!-- fitted-mlm:begin -->", "<!-- fitted-mlm:end -->"
@@ -355,8 +389,21 @@ def main(argv: list[str] | None = None) -> int:
     ap = common.runs_parser(__doc__, RUNS)
     ap.add_argument("--set", nargs="+", default=list(SETS), choices=SETS, dest="sets",
                     help="word sets measured, each a table (default: both)")
+    ap.add_argument("--bounds", action="store_true", help="print pooled_bounds per set instead of running the inits")
     ap.set_defaults(words=None)
     args = ap.parse_args(argv)
+    if args.bounds:
+        import numpy as np
+
+        src = fetch("minilm")
+        for name in args.sets:
+            fit, held, tokens, _ = build_set(name, args.work, src, args.words)
+            words = read_tokens_file(tokens)
+            test, _ = held_sentences(src, words, held, SHORTEST[name])
+            for label, v in pooled_bounds(src, words, test).items():
+                v = np.array(v)
+                print(f"{name} | {label} | {v.mean():.4f} / {v.min():.4f} / {np.quantile(v, 0.05):.4f} | {len(v)}")
+        return 0
     from sentence_transformers import SentenceTransformer
 
     src = fetch("minilm")
