@@ -19,10 +19,9 @@ from bench import common
 from vocabsurgeon import add_tokens
 from vocabsurgeon.tokenizer import contexts
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-sys.path.insert(0, str(FIXTURES))
-import llamacpp  # noqa: E402
-from published import tiny_llama  # noqa: E402
+FIXTURES = common.REPO / "fixtures"
+llamacpp = common.fixture_module("llamacpp")
+tiny_llama = common.fixture_module("published").tiny_llama
 
 BEGIN, END = "<!-- llamacpp-parity:begin -->", "<!-- llamacpp-parity:end -->"
 HEADING = "llama.cpp tokenization parity (issue 32)"

@@ -291,11 +291,13 @@ class ByteLevelBPE(Family):
     # --- the hooks of the plan loop
 
     def prepare(self, words: list[str]) -> None:
-        garbled_entries = [byte_level(w) for w in words if self.garbled(w) and self.whole(w)]
-        self.risks = split_risks(self.ed, words, byte_level, garbled_entries)
         garbled = {w for w in words if self.garbled(w)}
         old = [p for p in self.ed.vocab if p not in self.ed.added] + list(self.ed.added)
         self.inside_old = set(parts_of(old, garbled)) if garbled else set()
+        # garbled bare forms that will be entries (not added tokens): an added token inside one would split it
+        garbled_entries = [byte_level(w) for w in words if w in garbled and self.whole(w) and (
+            self.merge_pair(w) or not self.repairable(w) or self.splits_word_start(w))]
+        self.risks = split_risks(self.ed, words, byte_level, garbled_entries)
 
     def entries(self, w: str) -> list[Entry]:
         out = []
