@@ -44,7 +44,8 @@ def measure(name: str, work: Path, words: list[str]) -> dict:
     summary = add_tokens(src, out, words).to_dict()
     row = {"family": name, "texts": len(texts(words)), "added": len(summary["added"]),
            "skipped": len(summary["skipped"]),
-           "ignore_merges_only": sorted({a["token"] for a in summary["added"] if a["mechanism"] == "vocab"})}
+           "ignore_merges_only": sorted({a["token"] for a in summary["added"]
+                                         if a["mechanism"] == "vocab" and summary["tokenizer_family"] == "byte-level-bpe"})}
     for side, ckpt in (("input", src), ("output", out)):
         gguf = root / f"{side}.gguf"
         done = llamacpp.convert(ckpt, gguf)
