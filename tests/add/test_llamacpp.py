@@ -39,7 +39,9 @@ def _texts(words: list[str]) -> list[str]:
 
 
 @pytest.mark.slow  # llama.cpp's converter imports torch and transformers in its own process: ~40 s on 2 loaded cores
-@pytest.mark.parametrize("name", ["qwen3", "llama3", "gpt2", "gemma3"])
+# The families whose input has parity here (bench/llamacpp_parity.py): in a Llama checkpoint, Gemma's files are
+# converted as Llama's and differ on the input already; GPT-4o's do not convert.
+@pytest.mark.parametrize("name", ["qwen3", "llama3", "gpt2"])
 def test_llama_cpp_tokenizes_the_output_as_transformers_does(name, tmp_path):
     src = tiny_llama(name, tmp_path / "src")
     summary = add_tokens(src, tmp_path / "out", WORDS).to_dict()
@@ -51,7 +53,8 @@ def test_llama_cpp_tokenizes_the_output_as_transformers_does(name, tmp_path):
     # types); it is written only where no merge and no added token fits: a bare form of three or more pieces
     # whose word-start form is one token already (an added token would split that token).
     old = AutoTokenizer.from_pretrained(src)
-    last_resort = {a["token"] for a in summary["added"] if a["mechanism"] == "vocab"}
+    byte_level = summary["tokenizer_family"] == "byte-level-bpe"
+    last_resort = {a["token"] for a in summary["added"] if a["mechanism"] == "vocab" and byte_level}
     for w in last_resort:
         assert len(old(w, add_special_tokens=False)["input_ids"]) >= 3, w
         assert len(old(" " + w, add_special_tokens=False)["input_ids"]) == 1, w

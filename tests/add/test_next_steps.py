@@ -19,9 +19,9 @@ from vocabsurgeon.tokenizer.editor import TokenizerEditor
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-# Names in both forms; "Éowyn" needs ignore_merges on byte-level BPE, so classes that rebuild the file are
-# replaced (the attributes test needs one such case); "defect" is two pieces on metaspace-bpe, which
-# takes only those.
+# Names in both forms; "Éowyn" is an added token that the decoder spells as bytes on byte-level BPE, so classes
+# that rebuild the decoder are replaced (the attributes test needs one such case); "defect" is two pieces on
+# metaspace-bpe, which takes only those.
 WORDS = ["Frodo", "Gandalf", "mithril", "Éowyn", "defect"]
 ROWS_MULTIPLE = 64
 EMBEDDING = "model.embed_tokens.weight"

@@ -247,21 +247,22 @@ def test_byte_level_word_already_one_token_after_a_space_keeps_that_token(name, 
     assert len(_ids(old, " return")) == 1 and len(_ids(old, "return")) > 1
     summary = _add(src, out, "-t", "return", "-t", "when", "-t", "Frodo")
     assert summary["skipped"] == []
+    # two pieces each: a merge, appended last, which llama.cpp reads as transformers does (issue 32); the class
+    # that rebuilds the tokenizer from vocab and merges keeps it
     assert [(a["form"], a["piece"], a["mechanism"]) for a in summary["added"]] == [
-        ("return", "return", "vocab"), ("when", "when", "vocab"), ("Frodo", "Frodo", "added"),
+        ("return", "return", "merge"), ("when", "when", "merge"), ("Frodo", "Frodo", "added"),
         (" Frodo", " Frodo", "added")]
     assert summary["contexts_not_one_token"] == {"return": ["'return'"]}
-    assert _but_contexts(summary["tokenizer_notes"]) == [(
-        "tokenizer_class GPT2Tokenizer -> PreTrainedTokenizerFast, so transformers loads tokenizer.json as written "
-        "(model-specific classes rebuild it from vocab and merges and would drop ignore_merges)"
-    )]
+    assert _but_contexts(summary["tokenizer_notes"]) == []
     new_id = {a["form"]: a["id"] for a in summary["added"]}
     new = AutoTokenizer.from_pretrained(out)
     raw = Tokenizer.from_file(str(out / "tokenizer.json"))
-    # after a space and inside longer words, text tokenizes exactly as before
-    for text in [" return", " when", "returned", " returning", "returns", " whenever", "nonreturn",
-                 "The call returns when it is done.", *OLD_TEXTS]:
+    # after a space, text tokenizes exactly as before
+    for text in [" return", " when", " returning", " whenever", "The call returns when it is done.", *OLD_TEXTS]:
         assert _ids(new, text) == _ids(old, text), text
+    # a longer word that has the form where BPE stopped at its two pieces takes it, as it would an added token
+    for text in ["returned", "returns", "nonreturn"]:
+        assert new_id["return"] in _ids(new, text) and new.decode(_ids(new, text)) == text, text
     # at a sentence start and after punctuation, the bare form is one new token
     assert _ids(new, "return") == [new_id["return"]]
     assert _ids(new, "(when)") == [_ids(old, "(")[0], new_id["when"], _ids(old, ")")[0]]
@@ -287,11 +288,13 @@ def test_byte_level_word_inside_an_existing_token_does_not_split_it(tmp_path):
         [1, 1, 2, 2, 2, 2]
     summary = _add(src, out, "-t", "tion", "-t", "addition")
     assert [(a["form"], a["mechanism"]) for a in summary["added"]] == [
-        ("tion", "vocab"), (" tion", "added"), ("addition", "vocab"), (" addition", "vocab")]
+        ("tion", "merge"), (" tion", "added"), ("addition", "merge"), (" addition", "merge")]
     new = AutoTokenizer.from_pretrained(out)
     for text in [" function", "function", " functions", "information", "The nation's functions.", " additional",
-                 "additional", " additions", "additionally"]:
+                 "additional", " additions"]:
         assert _ids(new, text) == _ids(old, text), text
+    # a longer word that has the form where BPE stopped at its two pieces takes it (a merge, appended last)
+    assert _ids(new, "additionally")[0] == {a["form"]: a["id"] for a in summary["added"]}["addition"]
     new_id = {a["form"]: a["id"] for a in summary["added"]}
     text = "tion, a tion (tion) in addition (addition)."
     ids = _ids(new, text)
@@ -299,13 +302,13 @@ def test_byte_level_word_inside_an_existing_token_does_not_split_it(tmp_path):
     assert new.decode(ids) == text
 
 
-def test_byte_level_word_inside_a_new_garbled_entry_is_an_entry_too(built, tmp_path):
-    # "Éowyn" is a vocabulary entry (the decoder would garble an added token); an added token "owyn"
-    # would be matched inside it first and split it.
+def test_byte_level_word_inside_a_new_garbled_added_token_is_an_added_token_too(built, tmp_path):
+    # "Éowyn" is an added token spelled as bytes for the decoder; an added token "owyn" does not split it
+    # (the leftmost, longest added token is matched first), so it needs no entry.
     src, out = built("byte-level-gpt2"), tmp_path / "out"
     summary = _add(src, out, "-t", "Éowyn", "-t", "owyn")
     assert [(a["form"], a["mechanism"]) for a in summary["added"]] == [
-        ("Éowyn", "vocab"), (" Éowyn", "added"), ("owyn", "vocab"), (" owyn", "added")]
+        ("Éowyn", "added"), (" Éowyn", "added"), ("owyn", "added"), (" owyn", "added")]
     old, tok = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(out)
     new_id = {a["form"]: a["id"] for a in summary["added"]}
     for form, i in new_id.items():
@@ -328,12 +331,12 @@ def _bytelevel_checkpoint(path: Path, edit) -> Path:
 
 
 def test_byte_level_with_ignore_merges_already_set_keeps_its_class(tmp_path):
-    # Llama 3 ships ignore_merges: the bare entry needs no change to the model options or the class.
+    # Llama 3 ships ignore_merges: the bare form of two pieces is a merge; neither the model options nor the class change.
     src = _bytelevel_checkpoint(tmp_path / "src", lambda data: data["model"].update(ignore_merges=True))
     out = tmp_path / "out"
     word = _one_token_after_a_space(TokenizerEditor(src).vocab)
     plan = TokenizerEditor(src).plan([word])
-    assert [(t.form, t.mechanism) for t in plan.new] == [(word, "vocab")]
+    assert [(t.form, t.mechanism) for t in plan.new] == [(word, "merge")]
     assert not plan.set_ignore_merges and _but_contexts(plan.notes) == []
     summary = _add(src, out, "-t", word)
     assert _but_contexts(summary["tokenizer_notes"]) == []
@@ -388,22 +391,22 @@ def test_byte_level_without_ignore_merges_uses_a_merge_or_skips(tmp_path):
         assert _ids(new, a["form"]) == [a["id"]]
 
 
-def test_a_word_whose_garbled_bare_form_cannot_be_an_entry_is_skipped_not_refused(tmp_path):
-    # "Éowyn" as an added token would decode as "\ufffdowyn"; without redundant merges it cannot be an
-    # entry either (and BPE splits it into more than two pieces): the word is skipped, the rest added.
+def test_a_garbled_bare_form_that_cannot_be_an_entry_is_an_added_token_that_decodes_as_written(tmp_path):
+    # Without redundant merges "Éowyn" cannot be an entry, and BPE splits it into more than two pieces (no merge):
+    # it is an added token, which decodes as "\ufffdowyn" unless the decoder spells it as its bytes first.
     src = _bytelevel_checkpoint(tmp_path / "src", lambda data: data["model"]["merges"].pop())
     assert len(TokenizerEditor(src).encode("Éowyn")) > 2
     r = CliRunner().invoke(cli, ["add", "-t", "Éowyn", "-t", "Frodo", "--json", str(src), str(tmp_path / "out")])
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout)
-    assert [(a["form"], a["mechanism"]) for a in summary["added"]] == [("Frodo", "added"), (" Frodo", "added")]
-    why = ("its bare form, as an added token, would decode garbled (ByteLevel), and cannot be a vocabulary entry: "
-           "ignore_merges would change how this tokenizer splits existing text")
-    assert summary["skipped"] == [{"token": "Éowyn", "reason": why}]
-    note = f"1 token(s) skipped (e.g. 'Éowyn'): {why}"
-    assert summary["tokenizer_notes"] == [note] and f"WARNING: {note}" in r.stderr
+    assert [(a["form"], a["mechanism"]) for a in summary["added"]] == [
+        ("Éowyn", "added"), (" Éowyn", "added"), ("Frodo", "added"), (" Frodo", "added")]
+    assert summary["skipped"] == []
     old, new = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(tmp_path / "out")
-    for text in ("Éowyn, and Éowyn.", *OLD_TEXTS):
+    new_id = {a["form"]: a["id"] for a in summary["added"]}
+    ids = _ids(new, "Éowyn, and Éowyn.")
+    assert new_id["Éowyn"] in ids and new_id[" Éowyn"] in ids and new.decode(ids) == "Éowyn, and Éowyn."
+    for text in OLD_TEXTS:
         assert _ids(new, text) == _ids(old, text), text
 
 

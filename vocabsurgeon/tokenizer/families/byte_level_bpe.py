@@ -172,9 +172,9 @@ class WholePreTokens:
 class ByteLevelBPE(Family):
     """Two added tokens per word (the space is part of " Frodo"). A form that an added token would
     break (a bare form the ByteLevel decoder would garble, "Éowyn" -> "Ã\\x89owyn", or a form inside an
-    existing token, "return" inside " return") and that is a whole pre-token is written so that every
-    runtime reads it alike where it can be (issue 32: llama.cpp applies ignore_merges only for some
-    pre-tokenizer types, so there an entry that only ignore_merges reaches is split):
+    existing token, "return" inside " return") and that is a whole pre-token is written, where it can be,
+    so that llama.cpp reads it as transformers does (llama.cpp applies ignore_merges only for some
+    pre-tokenizer types, and splits an entry that only ignore_merges reaches elsewhere):
     - a form BPE splits into two existing pieces: one merge, appended last (read by every BPE runtime,
       and by transformers' classes that rebuild the tokenizer from vocab and merges);
     - a garbled form: an added token (llama.cpp's converter makes it USER_DEFINED, matched before BPE as
@@ -291,22 +291,24 @@ class ByteLevelBPE(Family):
     # --- the hooks of the plan loop
 
     def prepare(self, words: list[str]) -> None:
-        garbled_entries = [byte_level(w) for w in words if self.garbled(w) and self.whole(w)]
-        self.risks = split_risks(self.ed, words, byte_level, garbled_entries)
         garbled = {w for w in words if self.garbled(w)}
         old = [p for p in self.ed.vocab if p not in self.ed.added] + list(self.ed.added)
         self.inside_old = set(parts_of(old, garbled)) if garbled else set()
+        # garbled bare forms that will be entries (not added tokens): an added token inside one would split it
+        garbled_entries = [byte_level(w) for w in words if w in garbled and self.whole(w) and (
+            self.merge_pair(w) or not self.repairable(w) or self.splits_word_start(w))]
+        self.risks = split_risks(self.ed, words, byte_level, garbled_entries)
 
     def entries(self, w: str) -> list[Entry]:
         out = []
         for form in (w, " " + w):
             garbled = self.garbled(form)
             whole = (garbled or form in self.risks) and self.whole(form)
-            # Only a whole pre-token gets an entry (vocab or merge), never inside " return" or
-            # "returned". A merge at the lowest priority applies only where BPE would otherwise stop at
-            # the form's two pieces: only where the text has the form, never inside " return" (one
-            # token already). Merges and added tokens come first, as every runtime reads them alike;
-            # an entry that only ignore_merges reaches is the last resort (see the class docstring).
+            # A form gets an entry (merge or vocab) only where it is a whole pre-token. A merge at the
+            # lowest priority applies only where BPE would otherwise stop at the form's two pieces: only
+            # where the text has the form (inside "returned" too, as an added token would), never inside
+            # " return" (one token already). An entry that only ignore_merges reaches applies to the whole
+            # pre-token alone, but llama.cpp mostly splits it: it is the last resort (the class docstring).
             if whole and self.merge_pair(form):
                 out.append(Entry(form, byte_level(form), "merge"))
             elif whole and garbled and self.repairable(form) and not (form == w and self.splits_word_start(w)):
@@ -345,10 +347,10 @@ class ByteLevelBPE(Family):
         return {"type": "Sequence", "decoders": [*steps, decoder]}
 
     def rebuild_breaks(self, new) -> str | None:
-        if any(t.mechanism == "added" and self.garbled(t.piece) for t in new):
-            return "model-specific classes rebuild its decoder, which would decode added tokens such as " \
-                   f"{next(t.piece for t in new if t.mechanism == 'added' and self.garbled(t.piece))!r} as bytes"
-        return None
+        garbled = next((t.piece for t in new if t.mechanism == "added" and self.garbled(t.piece)), None)
+        if garbled is None:
+            return None
+        return f"model-specific classes rebuild its decoder, which would decode added tokens such as {garbled!r} as bytes"
 
     def admit(self, w: str, entry: Entry) -> bool:
         if entry.mechanism == "added" and entry.form == w and self.splits_word_start(w):
