@@ -117,18 +117,18 @@ def _vs() -> list[str]:
 
 def speed(src: Path, corpus: Path, work: Path, size: int) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out, tf, cp = work / f"trim-{size}", work / f"trim-{size}-tf", work / f"trim-{size}-copy"
+    out, tf, cp = work / f"trim-{src.name}-{size}", work / f"trim-{src.name}-{size}-tf", work / f"trim-{src.name}-{size}-copy"
     for p in (out, tf, cp):
         shutil.rmtree(p, ignore_errors=True)
-    log = work / f"trim-{size}.log"
+    log = work / f"trim-{src.name}-{size}.log"
     vs = bench.measure(_vs() + ["trim", "-q", "--json", "--corpus", str(corpus), "--vocab-size", str(size), str(src),
                                 str(out)], log, env)
     text = log.read_text(encoding="utf-8")
     write = json.loads(text[text.index("{"):])["seconds"]
     me = bench.module_command("trim_bench")
     tw = bench.measure(me + ["_transformers", str(src), str(tf), str(out / "vocabsurgeon_idmap.json")],
-                       work / f"trim-{size}-tf.log", env)
-    copy = bench.measure(["cp", "-r", str(src), str(cp)], work / f"trim-{size}-copy.log")
+                       work / f"trim-{src.name}-{size}-tf.log", env)
+    copy = bench.measure(["cp", "-r", str(src), str(cp)], work / f"trim-{src.name}-{size}-copy.log")
     shutil.rmtree(tf, ignore_errors=True)
     shutil.rmtree(cp, ignore_errors=True)
     return {"vocabsurgeon": vs, "write": write, "transformers": tw, "copy": copy, "out": out}
