@@ -44,13 +44,18 @@ def paragraphs() -> list[str]:
     return out
 
 
+PACKAGES = ("numpy", "click", "jinja2", "huggingface_hub")  # installed with vocabsurgeon or its bench extra
+
+
 def library_paragraphs() -> list[str]:
     """The larger domain (for 1,000 words): the docstrings' paragraphs of 200 characters or more of every
-    file of the standard library (read with ast, nothing imported; tests and idlelib left out), deduplicated."""
-    lib = Path(sysconfig.get_paths()["stdlib"])
+    file of the standard library and of PACKAGES (read with ast, nothing imported; tests and idlelib left
+    out), deduplicated."""
+    lib, site = Path(sysconfig.get_paths()["stdlib"]), Path(sysconfig.get_paths()["purelib"])
+    roots = [lib] + [site / pkg for pkg in PACKAGES]
     seen, out = set(), []
-    for path in sorted(lib.rglob("*.py")):
-        if {"test", "tests", "idlelib", "site-packages"} & set(path.relative_to(lib).parts):
+    for root, path in sorted((r, p) for r in roots for p in r.rglob("*.py")):
+        if {"test", "tests", "idlelib", "site-packages"} & set(path.relative_to(root).parts):
             continue
         try:
             tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -84,5 +89,6 @@ def build(work: Path, ckpt: Path, words: int, large: bool = False) -> tuple[Path
 
 def recipe(large: bool = False) -> str:
     if large:
-        return f"docstrings of every standard-library file, Python {platform.python_version()}"
+        return (f"docstrings of every standard-library file and of {', '.join(PACKAGES)}, Python "
+                f"{platform.python_version()}")
     return f"docstrings of {len(MODULES)} stdlib modules, Python {platform.python_version()}"

@@ -18,6 +18,7 @@ docstrings: the 41 modules give too few words). Rows accumulate in
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import shutil
@@ -71,10 +72,11 @@ def add_command(src: Path, out: Path, tokens: Path, options: dict, fit: Path) ->
 
 def run(label: str, src: Path, tokens: Path, fit: Path, held: str, scratch: Path, args, old_bits: dict) -> dict:
     options, roles = RUNS[label]
-    out = scratch / ("quick-" + "".join(c for c in label if c.isalnum()))
+    name = f"quick-{args.model}-{tokens.stem}-" + "".join(c for c in label if c.isalnum())  # one per run
+    out = scratch / name
     shutil.rmtree(out, ignore_errors=True)
     before = common.uptime()
-    log = scratch / "quick-add.log"
+    log = scratch / f"{name}.log"
     sample = common.measure(add_command(src, out, tokens, options, fit), log)
     text = log.read_text()
     summary = json.JSONDecoder().raw_decode(text[text.index("{"):])[0]
@@ -82,9 +84,11 @@ def run(label: str, src: Path, tokens: Path, fit: Path, held: str, scratch: Path
     old_tok, new_tok = load_tokenizer(src), load_tokenizer(out)
     new = NewIds(len(old_tok))
     usable = usability_texts(held, new_tok, new, 2048)
-    scored = tuple(usable)
+    scored = hashlib.sha256("\n\n".join(usable).encode()).hexdigest()
     if scored not in old_bits:
         old_bits[scored] = bits(src, old_tok, usable, None)[0]
+        cache = scratch / f"quick-{args.model}-original-bits.json"
+        cache.write_text(json.dumps(old_bits))
     trained = None
     if roles:
         _, seqs, start = bits(out, new_tok, usable, new)
@@ -120,18 +124,25 @@ def table(rows: list[dict], description: str) -> str:
 
 def _rows(rows: list[dict], ref: dict) -> list[str]:
     lines = ["| words | init | bits/byte vs original | share of the gap mean -> oracle | held-out old-text KL "
-             "mean (bound) | `add` s | peak RSS MB | oracle passes, loss nats/token first -> last | load average |",
+             "mean (bound) | `add` s | peak RSS MB | oracle Adam passes, loss nats/token before -> after | load average |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["words"], list(RUNS).index(r["init"]))):
         mean, best = ref.get(key({**r, "init": "mean"})), ref.get(key({**r, "init": "oracle"}))
         share = f"{(mean - r['ratio']) / (mean - best):.0%}" if mean and best and mean != best else "-"
         kl = f"{r['held_kl_mean']:.5f} ({r['bound']:.5f})" if r.get("held_kl_mean") is not None else "-"
         o = r.get("oracle")
-        trained = f"{o['passes']}, {o['loss'][0]:.3f} -> {o['final_loss']:.3f}" if o else "-"
+        trained = f"{o['passes']}, {o['start_loss']:.3f} -> {o['final_loss']:.3f}" if o else "-"
         load = f"{common.load_average(r['uptime_before'])}-{common.load_average(r['uptime_after'])}"
         lines.append(f"| {r['words']} | {r['init']} | x{r['ratio']:.3f} | {share} | {kl} | {r['add_seconds']:.0f} | "
                      f"{r['peak_rss'] / 2**20:.0f} | {trained} | {load} |")
     return lines
+
+
+def publish(rows: list[dict], args) -> None:
+    if args.results and rows:
+        begin, end = markers(args.model)
+        text = table(rows, real_model.MODELS[args.model].description)
+        common.write_block(args.results, f"{begin}\n{text}\n{end}", begin, end)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", nargs="*", default=list(RUNS)[:7], choices=list(RUNS))
     ap.add_argument("--words", type=int, default=60, help="the words of the table: suggest's top N")
     ap.add_argument("--scale", type=int, nargs="*", help="instead: the first N of suggest's top max(N), for each N")
-    ap.add_argument("--oracle-passes", type=int, default=12)
+    ap.add_argument("--oracle-passes", type=int, default=6, help="Adam passes of the input rows, at most")
     ap.add_argument("--oracle-lr", type=float, default=0.05, help="Adam step, relative to the rms of the old rows")
     ap.add_argument("--work", type=Path, default=common.WORK, help="where the real models are built")
     ap.add_argument("--scratch", type=Path, help="domain files and outputs (default: --work)")
@@ -169,17 +180,16 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit(f"suggest found {len(words)} words in {fit}, not {n}")
             lists[n] = scratch / f"{tokens.stem}-first-{n}.txt"
             lists[n].write_text("\n".join(words[:n]) + "\n", encoding="utf-8")
-    text, old_bits = held.read_text(encoding="utf-8"), {}
+    cache = scratch / f"quick-{args.model}-original-bits.json"  # the original's bits of each scored text
+    text, old_bits = held.read_text(encoding="utf-8"), json.loads(cache.read_text()) if cache.exists() else {}
     for path in lists.values():
         for label in args.runs:
             row = {"domain": name, **run(label, src, path, fit, text, scratch, args, old_bits)}
             print(json.dumps(row), flush=True)
             rows = [r for r in rows if key(r) != key(row)] + [row]
             store.write_text(json.dumps(rows, indent=2))
-            if args.results:
-                begin, end = markers(args.model)
-                common.write_block(args.results, f"{begin}\n{table(rows, real_model.MODELS[args.model].description)}"
-                                   f"\n{end}", begin, end)
+            publish(rows, args)
+    publish(rows, args)  # also with no runs: the table of the rows kept
     return 0
 
 
