@@ -87,8 +87,8 @@ def run(label: str, src: Path, tokens: Path, fit: Path, held: str, scratch: Path
     scored = hashlib.sha256("\n\n".join(usable).encode()).hexdigest()
     if scored not in old_bits:
         old_bits[scored] = bits(src, old_tok, usable, None)[0]
-        cache = scratch / f"quick-{args.model}-original-bits.json"
-        cache.write_text(json.dumps(old_bits))
+        cache = scratch / f"quick-{args.model}-original-bits.json"  # shared with runs beside this one
+        cache.write_text(json.dumps({**(json.loads(cache.read_text()) if cache.exists() else {}), **old_bits}))
     trained = None
     if roles:
         _, seqs, start = bits(out, new_tok, usable, new)
