@@ -100,7 +100,8 @@ def run(label: str, src: Path, tokens: Path, fit: Path, held: str, scratch: Path
     shutil.rmtree(out)
     return {"model": args.model, "words": sum(1 for _ in read_tokens_file(tokens)), "init": label,
             "ratio": new_bits / old_bits[scored], "bpb_old": old_bits[scored] / sum(len(p.encode()) for p in usable),
-            "paragraphs": len(usable), "add_seconds": round(sample.wall, 1), "add_cpu_seconds": round(sample.cpu, 1), "peak_rss": sample.rss,
+            "paragraphs": len(usable), "add_seconds": round(sample.wall, 1), "add_cpu_seconds": round(sample.cpu, 1),
+            "peak_rss": sample.rss,
             "held_kl_mean": kl.get("mean"), "bound": kl.get("bound"), "oracle": trained,
             "input": {k: (fitted.get("input") or {}).get(k) for k in ("held_out_loss", "passes", "seconds")},
             "uptime_before": before, "uptime_after": common.uptime() if roles else after}
