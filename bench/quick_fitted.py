@@ -125,7 +125,8 @@ def table(rows: list[dict], description: str) -> str:
 
 def _rows(rows: list[dict], ref: dict) -> list[str]:
     lines = ["| words | init | bits/byte vs original | share of the gap mean -> oracle | held-out old-text KL "
-             "mean (bound) | `add` s | peak RSS MB | oracle Adam passes, loss nats/token before -> after | load average |",
+             "mean (bound) | `add` wall s (CPU s) | peak RSS MB | oracle Adam passes, loss nats/token before -> "
+             "after | load average |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["words"], list(RUNS).index(r["init"]))):
         mean, best = ref.get(key({**r, "init": "mean"})), ref.get(key({**r, "init": "oracle"}))
@@ -134,7 +135,8 @@ def _rows(rows: list[dict], ref: dict) -> list[str]:
         o = r.get("oracle")
         trained = f"{o['passes']}, {o['start_loss']:.3f} -> {o['final_loss']:.3f}" if o else "-"
         load = f"{common.load_average(r['uptime_before'])}-{common.load_average(r['uptime_after'])}"
-        lines.append(f"| {r['words']} | {r['init']} | x{r['ratio']:.3f} | {share} | {kl} | {r['add_seconds']:.0f} | "
+        cpu = f" ({r['add_cpu_seconds']:.0f})" if r.get("add_cpu_seconds") is not None else ""
+        lines.append(f"| {r['words']} | {r['init']} | x{r['ratio']:.3f} | {share} | {kl} | {r['add_seconds']:.0f}{cpu} | "
                      f"{r['peak_rss'] / 2**20:.0f} | {trained} | {load} |")
     return lines
 
