@@ -131,7 +131,7 @@ def _fit_output_rows(model, W_old, W_new, n_old: int, seqs, start: int, loss_of,
         return loss
 
     opt.step(objective)
-    after = float(objective())
+    after = float(objective().detach())
     with torch.no_grad():
         W_new.copy_(W)
     return before, after
