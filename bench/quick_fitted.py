@@ -133,7 +133,7 @@ def _rows(rows: list[dict], ref: dict) -> list[str]:
         best = min((ref[key({**r, "init": o})] for o in RUNS if "oracle" in o and key({**r, "init": o}) in ref),
                    default=None)  # the full oracle, else the best part measured (then the share is an upper bound)
         share = f"{(mean - r['ratio']) / (mean - best):.0%}" if mean and best and mean != best else "-"
-        kl = f"{r['held_kl_mean']:.5f} ({r['bound']:.5f})" if r.get("held_kl_mean") is not None else "-"
+        kl = "-" if r.get("held_kl_mean") is None or r.get("oracle") else f"{r['held_kl_mean']:.5f} ({r['bound']:.5f})"
         o = r.get("oracle")
         trained = f"{o['passes']}, {o['start_loss']:.3f} -> {o['final_loss']:.3f}" if o else "-"
         load = f"{common.load_average(r['uptime_before'])}-{common.load_average(r['uptime_after'])}"
