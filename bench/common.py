@@ -247,10 +247,11 @@ def known_words(src: Path) -> set[str]:
 
 @dataclass
 class Sample:
-    """One child process: wall seconds and peak RSS (bytes)."""
+    """One child process: wall seconds, peak RSS (bytes) and CPU seconds (user + system, its children's too)."""
 
     wall: float
     rss: int
+    cpu: float | None = None
 
 
 def read_all(path: Path) -> None:
@@ -288,9 +289,10 @@ def measure(cmd: list[str], log: Path, env: dict | None = None) -> Sample:
     if proc.returncode != 0:
         tail = log.read_text(errors="replace")[-3000:]
         raise SystemExit(f"bench: {' '.join(cmd)} exited {proc.returncode}; its output:\n{tail}")
+    cpu = usage.ru_utime + usage.ru_stime  # wait4 counts the child's reaped children (GNU time's child)
     if gnu_time.exists():
-        return Sample(wall, int(rss_file.read_text().split()[-1]) * 1024)
-    return Sample(wall, usage.ru_maxrss * 1024)
+        return Sample(wall, int(rss_file.read_text().split()[-1]) * 1024, cpu)
+    return Sample(wall, usage.ru_maxrss * 1024, cpu)
 
 
 def vocabsurgeon_command() -> list[str]:

@@ -10,11 +10,13 @@ and the words are `suggest`'s top N on the fit corpus. Python's version is part 
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import platform
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -42,19 +44,51 @@ def paragraphs() -> list[str]:
     return out
 
 
-def build(work: Path, ckpt: Path, words: int) -> tuple[Path, Path, Path]:
-    """(fit corpus, held-out text, tokens file) under `work`: the corpus split 2:1 by paragraph, and
-    `suggest`'s top `words` on the fit part for `ckpt`'s tokenizer."""
+PACKAGES = ("numpy", "click", "jinja2", "huggingface_hub")  # installed with vocabsurgeon or its bench extra
+
+
+def library_paragraphs() -> list[str]:
+    """The larger domain (for 1,000 words): the docstrings' paragraphs of 200 characters or more of every
+    file of the standard library and of PACKAGES (read with ast, nothing imported; tests and idlelib left
+    out), deduplicated."""
+    lib, site = Path(sysconfig.get_paths()["stdlib"]), Path(sysconfig.get_paths()["purelib"])
+    roots = [lib] + [site / pkg for pkg in PACKAGES]
+    seen, out = set(), []
+    for root, path in sorted((r, p) for r in roots for p in r.rglob("*.py")):
+        if {"test", "tests", "idlelib", "site-packages"} & set(path.relative_to(root).parts):
+            continue
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        nodes = [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                                       ast.ClassDef))]
+        for doc in (ast.get_docstring(n) for n in nodes):
+            for p in (doc or "").split("\n\n"):
+                p = " ".join(p.split())
+                if len(p) >= 200 and p not in seen and ">>>" not in p:
+                    seen.add(p)
+                    out.append(p)
+    return out
+
+
+def build(work: Path, ckpt: Path, words: int, large: bool = False) -> tuple[Path, Path, Path]:
+    """(fit corpus, held-out text, tokens file) under `work`: the corpus (`large`: `library_paragraphs`)
+    split 2:1 by paragraph, and `suggest`'s top `words` on the fit part for `ckpt`'s tokenizer."""
     work.mkdir(parents=True, exist_ok=True)
-    paras = paragraphs()
-    fit, held = work / "domain-fit.txt", work / "domain-held.txt"
+    paras = library_paragraphs() if large else paragraphs()
+    name = "domain-large" if large else "domain"
+    fit, held = work / f"{name}-fit.txt", work / f"{name}-held.txt"
     fit.write_text("\n\n".join(p for i, p in enumerate(paras) if i % 3 != 2) + "\n", encoding="utf-8")
     held.write_text("\n\n".join(p for i, p in enumerate(paras) if i % 3 == 2) + "\n", encoding="utf-8")
-    tokens = work / f"domain-words-{ckpt.name}-{words}.txt"
+    tokens = work / f"{name}-words-{ckpt.name}-{words}.txt"
     subprocess.run([sys.executable, "-m", "vocabsurgeon", "suggest", "-q", str(ckpt), "--corpus", str(fit),
                     "--top", str(words), "--min-count", "2", "-o", str(tokens)], check=True)
     return fit, held, tokens
 
 
-def recipe() -> str:
+def recipe(large: bool = False) -> str:
+    if large:
+        return (f"docstrings of every standard-library file and of {', '.join(PACKAGES)}, Python "
+                f"{platform.python_version()}")
     return f"docstrings of {len(MODULES)} stdlib modules, Python {platform.python_version()}"

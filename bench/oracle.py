@@ -1,124 +1,137 @@
-"""The attainable figure for row-only inits: the new rows trained on the held-out paragraphs themselves.
+"""The attainable figure for row-only inits: new rows trained on the measured text itself.
 
-    python -m bench.oracle --model gemma3 --words 60          # Gemma 3 270M (bench/real_model.py)
-    python -m bench.oracle --model smollm2 --words 60         # SmolLM2-135M-Instruct
-    python -m bench.oracle --json bench/work/oracle.json
-
-No init that sets only the new rows can do better on that text than rows trained on it: the model
-(every old weight frozen) after `add --init mean --untie`, and its new input and output rows alone
-trained by Adam on the next-token loss of bench/domain.py's held-out paragraphs in the new
-tokenization, until a pass over them gains under 0.1% (or `--max-passes`). Its bits per byte are
-measured as `validate` measures every init (`validate_checkpoint` against the original), so that
-fitted's share of the gap, (mean - fitted) / (mean - oracle), compares like with like. The old-text
-KL is reported, not bounded: the oracle ignores it. New rows enter the model through its own input
-embedding module's forward (Gemma scales them there).
+No init that sets only the new rows can do better on a text than rows trained on that text. `train_rows`
+takes an untied checkpoint (written by `add --untie`), freezes every old weight and trains its new
+input rows, output rows or both by Adam on the next-token loss of the very sequences that
+validation's bits-per-byte figure scores, until a pass gains under 0.1% (or `max_passes`), and
+writes the best rows back. Run by bench/quick_fitted.py (`--runs oracle ...`), which measures the
+result as it measures every init. The old-text KL is not bounded here: the oracle ignores it.
+Rows go through the model's own forward (`functional_call`), so embedding scales (Gemma) and
+logit soft-capping apply as in use.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import shutil
-import sys
+import logging
 import time
 from pathlib import Path
 
-from bench import common
-from bench import domain
-from bench import real_model
+log = logging.getLogger(__name__)
 
-from vocabsurgeon import add_tokens, read_tokens_file, validate_checkpoint
-
-WINDOW = 256  # tokens per training window (the held-out paragraphs run in these)
+ROLES = ("input", "output")
+GAIN = 1e-3  # a pass that lowers the loss by less than this share ends the training
 
 
-def train_rows(ckpt: Path, n_old: int, text: str, max_passes: int, lr: float, seed: int) -> dict:
-    """Train the new rows (ids from `n_old` on) of the untied checkpoint `ckpt` on `text`, in place."""
+def _param_name(model, tensor) -> str:
+    return next(n for n, p in model.named_parameters() if p is tensor)
+
+
+def train_rows(ckpt: Path, n_old: int, seqs: list[list[int]], start: int, roles: set[str], max_passes: int,
+               lr: float, seed: int = 0) -> dict:
+    """Train the rows from `n_old` on of the untied checkpoint `ckpt` in place, for `roles`, on `seqs`
+    (the loss of every token after position `start`, as validation scores it).
+
+    The output rows alone are a convex problem (`_fit_output_rows`, to convergence). The input rows
+    take Adam passes; with both, each pass of the input rows is followed by the output rows' optimum
+    for them, until a pass gains under GAIN (a pass that loses is undone). The report: the loss (nats
+    per token) before, after each pass and at the end, passes, seconds."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    tok = AutoTokenizer.from_pretrained(ckpt)
     model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval().requires_grad_(False)
-    emb, out = model.get_input_embeddings(), model.get_output_embeddings()
-    assert emb.weight.data_ptr() != out.weight.data_ptr(), "the oracle needs untied rows"
-    E_old, W_old = emb.weight[:n_old], out.weight[:n_old]  # frozen
-    E_new = emb.weight[n_old:].detach().clone().requires_grad_(True)  # (k, hidden)
-    W_new = out.weight[n_old:].detach().clone().requires_grad_(True)
-    k = E_new.shape[0]
-    bos = [tok.bos_token_id] if tok.bos_token_id is not None else []
-    ids = tok(text, add_special_tokens=False).input_ids
-    cfg = model.config.get_text_config()
-    step = min(WINDOW, getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", WINDOW)) - len(bos)
-    windows = [torch.tensor([bos + ids[i:i + step]]) for i in range(0, len(ids), step)]
-    rms = float(E_old.pow(2).mean().sqrt())
-    opt = torch.optim.Adam([E_new, W_new], lr=lr * rms)
-    report = {"windows": len(windows), "tokens": len(ids), "loss": []}
+    emb, out = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    if emb.data_ptr() == out.data_ptr():
+        raise ValueError(f"{ckpt}: the oracle needs untied rows (add --untie)")
+    if getattr(model.config.get_text_config(), "final_logit_softcapping", None):
+        raise ValueError(f"{ckpt}: soft-capped logits: the output rows' fit assumes logits = hidden . rows")
+    names = {"input": _param_name(model, emb), "output": _param_name(model, out)}
+    old = {"input": emb[:n_old], "output": out[:n_old]}  # frozen
+    new = {"input": emb[n_old:].detach().clone().requires_grad_(True), "output": out[n_old:].detach().clone()}
+    opt = torch.optim.Adam([new["input"]], lr=lr * float(old["input"].pow(2).mean().sqrt()))  # relative to the rows
+    tokens = sum(len(s) - start for s in seqs)
 
-    def loss_of(x):
-        # the embedding module's own forward over the old rows and E_new (Gemma scales in it)
-        table = torch.cat([E_old, E_new])
-        h = model.base_model(inputs_embeds=torch.func.functional_call(emb, {"weight": table}, (x,))).last_hidden_state[0, :-1]
-        logits = torch.cat([h @ W_old.T, h @ W_new.T], -1)
-        return torch.nn.functional.cross_entropy(logits, x[0, 1:], reduction="sum")
+    def loss_of(s: list[int]):
+        x = torch.tensor([s])
+        weights = {names[r]: torch.cat([old[r], new[r]]) for r in ROLES}
+        logits = torch.func.functional_call(model, weights, args=(), kwargs={"input_ids": x}).logits[0]
+        return torch.nn.functional.cross_entropy(logits[start - 1:-1], x[0, start:], reduction="sum")
 
+    def settle() -> float:
+        """The summed loss once the output rows (when trained) are at their optimum for the input rows."""
+        if "output" in roles:
+            before, after = _fit_output_rows(model, old["output"], new["output"], n_old, seqs, start, loss_of)
+            report.setdefault("start_loss", round(before / tokens, 5))
+            return after
+        with torch.no_grad():
+            return sum(float(loss_of(s)) for s in seqs)
+
+    report = {"roles": sorted(roles), "sequences": len(seqs), "tokens": tokens}
     t0 = time.perf_counter()
-    best = None
-    for _ in range(max_passes):
-        total = 0.0
-        for i in torch.randperm(len(windows)).tolist():
-            loss = loss_of(windows[i])
+    if "output" not in roles:
+        with torch.no_grad():
+            report["start_loss"] = round(sum(float(loss_of(s)) for s in seqs) / tokens, 5)
+    best = settle()
+    report["loss"] = [round(best / tokens, 5)]
+    for _ in range(max_passes if "input" in roles else 0):
+        kept = {r: new[r].detach().clone() for r in ROLES}
+        for i in torch.randperm(len(seqs)).tolist():
             opt.zero_grad()
-            (loss / windows[i].shape[1]).backward()
+            (loss_of(seqs[i]) / len(seqs[i])).backward()
             opt.step()
-            total += float(loss)
-        report["loss"].append(total / len(ids))
-        print(f"pass {len(report['loss'])}: {report['loss'][-1]:.4f} nats/token", file=sys.stderr, flush=True)
-        if best is not None and total > best * (1 - 1e-3):
+        total = settle()
+        report["loss"].append(round(total / tokens, 5))
+        log.info("oracle pass %d: %.4f nats/token", len(report["loss"]) - 1, total / tokens)
+        if total > best:  # undone
+            with torch.no_grad():
+                for r in ROLES:
+                    new[r].copy_(kept[r])
             break
-        best = total if best is None else min(best, total)
+        gain, best = 1 - total / best, total
+        if gain < GAIN:
+            break
+    report["final_loss"] = round(best / tokens, 5)
+    report["passes"] = len(report["loss"]) - 1
     report["seconds"] = round(time.perf_counter() - t0, 1)
     with torch.no_grad():
-        emb.weight[n_old:] = E_new
-        out.weight[n_old:] = W_new
+        emb[n_old:] = new["input"]
+        out[n_old:] = new["output"]
     model.save_pretrained(ckpt)
-    report["rows"] = k
     return report
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="smollm2", choices=list(real_model.MODELS))
-    ap.add_argument("--words", type=int, default=60)
-    ap.add_argument("--max-passes", type=int, default=30)
-    ap.add_argument("--lr", type=float, default=0.02, help="Adam step, relative to the rms of the old input rows")
-    ap.add_argument("--work", type=Path, default=Path(__file__).resolve().parent / "work")
-    ap.add_argument("--json", type=Path)
-    args = ap.parse_args(argv)
-    from transformers import AutoConfig
+def _fit_output_rows(model, W_old, W_new, n_old: int, seqs, start: int, loss_of, steps: int = 200):
+    """Fit the new output rows alone, in place: with the input rows fixed this is convex over hidden states
+    that do not move. One forward pass keeps each scored position's hidden state, the log-sum-exp of its
+    old logits and its target; L-BFGS then runs to convergence. Returns the summed loss before and after."""
+    import torch
 
-    src = real_model.build(args.work, args.model)
-    fit, held, tokens = domain.build(args.work, src, args.words)
-    words = read_tokens_file(tokens)
-    before = common.uptime()
-    out = args.work / f"oracle-{src.name}"
-    if out.exists():
-        shutil.rmtree(out)
-    add_tokens(src, out, words, init="mean", untie=True, device="cpu")
-    n_old = AutoConfig.from_pretrained(src).get_text_config().vocab_size
-    report = train_rows(out, n_old, held.read_text(encoding="utf-8"), args.max_passes, args.lr, 0)
-    use = validate_checkpoint(src, out, held, device="cpu")["usability"]
-    kl = validate_checkpoint(src, out, None, device="cpu")["kl"]
-    row = {"model": args.model, "words": len(words), "bpb_new": use["bpb_new"], "bpb_old": use["bpb_old"],
-           "ratio": use["bpb_new"] / use["bpb_old"], "kl_mean": kl["mean"], "kl_p99": kl["p99"], "kl_bound": kl["bound"],
-           **report, "uptime_before": before, "uptime_after": common.uptime()}
-    print(json.dumps({k: v for k, v in row.items()}))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(row, indent=2))
-    shutil.rmtree(out)
-    return 0
+    hs = []
+    hook = model.get_output_embeddings().register_forward_hook(lambda mod, args, result: hs.append(args[0][0]))
+    with torch.no_grad():
+        before = sum(float(loss_of(s)) for s in seqs)
+    hook.remove()
+    H = torch.cat([h[start - 1:-1] for h in hs]).detach()  # (tokens, hidden)
+    target = torch.cat([torch.tensor(s[start:]) for s in seqs])  # (tokens,)
+    with torch.no_grad():
+        logz_old = torch.cat([torch.logsumexp(part @ W_old.T, -1) for part in H.split(256)])  # (tokens,)
+        is_new = target >= n_old
+        old_target = (H[~is_new] * W_old[target[~is_new]]).sum(-1).sum()
+    W = W_new.detach().clone().requires_grad_(True)
+    opt = torch.optim.LBFGS([W], lr=1, max_iter=steps, history_size=20, line_search_fn="strong_wolfe",
+                            tolerance_grad=1e-9, tolerance_change=1e-12)
 
+    def objective():
+        opt.zero_grad()
+        new_logits = H @ W.T  # (tokens, k)
+        logz = torch.logaddexp(logz_old, torch.logsumexp(new_logits, -1))
+        picked = new_logits[is_new].gather(1, (target[is_new] - n_old)[:, None])[:, 0]
+        loss = logz.sum() - old_target - picked.sum()
+        loss.backward()
+        return loss
 
-if __name__ == "__main__":
-    sys.exit(main())
+    opt.step(objective)
+    after = float(objective().detach())
+    with torch.no_grad():
+        W_new.copy_(W)
+    return before, after
