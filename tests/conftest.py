@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -24,6 +25,20 @@ def pytest_configure(config):
         import torch
 
         torch.set_num_threads(1)
+
+
+_ROOT_LEVEL, _ROOT_HANDLERS = logging.getLogger().level, list(logging.getLogger().handlers)
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_as_it_was():
+    """A command run in-process (in a test or a module's fixture) sets the root logger up
+    (`logging.basicConfig(force=True)`: ERROR under -q, a stderr handler): give each test the root logger
+    of the session's start, so that its caplog sees warnings whatever ran before it."""
+    root = logging.getLogger()
+    root.setLevel(_ROOT_LEVEL)
+    root.handlers[:] = [h for h in root.handlers if type(h) is not logging.StreamHandler or h in _ROOT_HANDLERS]
+    yield
 
 
 @pytest.fixture(scope="session")
