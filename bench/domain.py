@@ -31,16 +31,24 @@ MODULES = ("argparse", "asyncio", "collections", "concurrent.futures", "contextl
 
 def paragraphs() -> list[str]:
     """The docstrings' paragraphs of 200 characters or more, in module and member order, deduplicated."""
-    seen, out = set(), []
+    docs = []
     for name in MODULES:
         mod = importlib.import_module(name)
         for _, obj in [("", mod)] + inspect.getmembers(mod):
-            doc = inspect.getdoc(obj) if obj is mod or getattr(obj, "__module__", "") == name else None
-            for p in (doc or "").split("\n\n"):
-                p = " ".join(p.split())
-                if len(p) >= 200 and p not in seen and ">>>" not in p:
-                    seen.add(p)
-                    out.append(p)
+            docs.append(inspect.getdoc(obj) if obj is mod or getattr(obj, "__module__", "") == name else None)
+    return _long_paragraphs(docs)
+
+
+def _long_paragraphs(docs) -> list[str]:
+    """The paragraphs of 200 characters or more of `docs` (None skipped), whitespace joined, without doctests,
+    deduplicated in order."""
+    seen, out = set(), []
+    for doc in docs:
+        for p in (doc or "").split("\n\n"):
+            p = " ".join(p.split())
+            if len(p) >= 200 and p not in seen and ">>>" not in p:
+                seen.add(p)
+                out.append(p)
     return out
 
 
@@ -53,7 +61,7 @@ def library_paragraphs() -> list[str]:
     out), deduplicated."""
     lib, site = Path(sysconfig.get_paths()["stdlib"]), Path(sysconfig.get_paths()["purelib"])
     roots = [lib] + [site / pkg for pkg in PACKAGES]
-    seen, out = set(), []
+    docs = []
     for root, path in sorted((r, p) for r in roots for p in r.rglob("*.py")):
         if {"test", "tests", "idlelib", "site-packages"} & set(path.relative_to(root).parts):
             continue
@@ -63,13 +71,8 @@ def library_paragraphs() -> list[str]:
             continue
         nodes = [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef,
                                                                        ast.ClassDef))]
-        for doc in (ast.get_docstring(n) for n in nodes):
-            for p in (doc or "").split("\n\n"):
-                p = " ".join(p.split())
-                if len(p) >= 200 and p not in seen and ">>>" not in p:
-                    seen.add(p)
-                    out.append(p)
-    return out
+        docs += [ast.get_docstring(n) for n in nodes]
+    return _long_paragraphs(docs)
 
 
 def build(work: Path, ckpt: Path, words: int, large: bool = False) -> tuple[Path, Path, Path]:
