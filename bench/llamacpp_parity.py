@@ -22,12 +22,14 @@ from vocabsurgeon.tokenizer import contexts
 
 FIXTURES = common.REPO / "fixtures"
 llamacpp = common.fixture_module("llamacpp")
-tiny_llama = common.fixture_module("published").tiny_llama
+published = common.fixture_module("published")
+# Mistral 7B's files as its Hub repository has them: tokenizer.model (read first by the converter) beside tokenizer.json
+BUILDERS = {"mistral-v0.1-hub": published.tiny_mistral_as_published}
 
 BEGIN, END = "<!-- llamacpp-parity:begin -->", "<!-- llamacpp-parity:end -->"
 REAL_BEGIN, REAL_END = "<!-- llamacpp-parity-real:begin -->", "<!-- llamacpp-parity-real:end -->"
 HEADING = "llama.cpp tokenization parity (issue 32)"
-FAMILIES = ["qwen3", "llama3", "gpt2", "gpt4o", "gemma2", "gemma3", "llama2"]  # those shipping a tokenizer.json
+FAMILIES = ["qwen3", "llama3", "gpt2", "gpt4o", "gemma2", "gemma3", "llama2", "mistral-v0.1-hub"]
 WORDS = ["Frodo", "Gandalf", "Müller", "Éowyn", "Lothlórien", "Björk", "José", "Zoë", "Kubernetes", "pathlib",
          "getUserName", "tachycardia", "Москва"]
 
@@ -44,13 +46,15 @@ def measure(name: str, work: Path, words: list[str], src: Path | None = None) ->
     root = work / name
     shutil.rmtree(root, ignore_errors=True)
     convert_args = ("--vocab-only",) if src is not None else ()
-    src, out = src or tiny_llama(name, root / "src"), root / "out"
+    build = BUILDERS.get(name) or (lambda path: published.tiny_llama(name, path))
+    src, out = src or build(root / "src"), root / "out"
     summary = add_tokens(src, out, words, init="mean").to_dict()
+    parity = add_tokens(src, root / "parity", words, init="mean", gguf_parity=True).to_dict()
     row = {"family": name, "texts": len(texts(words)), "added": len(summary["added"]),
-           "skipped": len(summary["skipped"]),
+           "skipped": len(summary["skipped"]), "parity_words": len({a["token"] for a in parity["added"]}),
            "ignore_merges_only": sorted({a["token"] for a in summary["added"]
                                          if a["mechanism"] == "vocab" and summary["tokenizer_family"] == "byte-level-bpe"})}
-    for side, ckpt in (("input", src), ("output", out)):
+    for side, ckpt in (("input", src), ("output", out), ("parity", root / "parity")):
         gguf = root / f"{side}.gguf"
         done = llamacpp.convert(ckpt, gguf, *convert_args)
         if done.returncode != 0:  # e.g. GPT-4o's o200k: "BPE pre-tokenizer was not recognized"
@@ -65,15 +69,15 @@ def measure(name: str, work: Path, words: list[str], src: Path | None = None) ->
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| tokenizer | input: ids equal | output: ids equal | "
-             "output: decodings equal | words added / skipped | entries only ignore_merges reaches |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| tokenizer | input: ids equal | output: ids equal | output: decodings equal | words added / skipped "
+             "| entries only ignore_merges reaches | `--gguf-parity`: ids equal | `--gguf-parity`: words kept |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         n = r["texts"]
         cells = [f"{r[k]}/{n}" if r[k] is not None else f"does not convert ({r[k.split('_')[0] + '_error']})"
-                 for k in ("input_ids", "output_ids", "output_decode")]
-        lines.append(f"| {r['family']} | {' | '.join(cells)} | {r['added']} entries / {r['skipped']} | "
-                     f"{', '.join(r['ignore_merges_only']) or 'none'} |")
+                 for k in ("input_ids", "output_ids", "output_decode", "parity_ids")]
+        lines.append(f"| {r['family']} | {' | '.join(cells[:3])} | {r['added']} entries / {r['skipped']} | "
+                     f"{', '.join(r['ignore_merges_only']) or 'none'} | {cells[3]} | {r['parity_words']} |")
     return "\n".join(lines)
 
 

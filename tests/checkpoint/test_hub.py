@@ -201,6 +201,19 @@ def test_add_pulls_a_repo_id_without_pickles_and_records_it_in_the_card(hub, tmp
     assert "| `Frodo` | `'Frodo'`, `' Frodo'` |" in card.text and "Not run (`--no-validate`)" in card.text
 
 
+def test_add_pulls_a_sentencepiece_model_beside_tokenizer_json_and_no_other_slow_file(hub, tmp_path, monkeypatch):
+    # tokenizer.model is what llama.cpp's converter reads first (add keeps it, extended, for SentencePiece BPE);
+    # vocab.txt is never read where tokenizer.json is there. A byte-level output leaves the .model out.
+    _serve_fixture(hub, extra={"tokenizer.model": b"not read: byte-level BPE", "vocab.txt": b"[PAD]"})
+    monkeypatch.chdir(tmp_path)
+    r = run("add", "-t", "Frodo", "--no-validate", "--json", "org/gpt2-tiny", "out")
+    assert r.exit_code == 0, r.output
+    got = {p.split("/resolve/")[1].split("/", 1)[1] for p in hub.paths("GET") if "/resolve/" in p}
+    assert "tokenizer.model" in got and "vocab.txt" not in got
+    assert not (tmp_path / "out" / "tokenizer.model").exists()
+    assert any(n.startswith("not copied: tokenizer.model") for n in json.loads(r.stdout)["tokenizer_notes"])
+
+
 def test_add_from_a_revision(hub, tmp_path, monkeypatch):
     _serve_fixture(hub)
     hub.repos["org/gpt2-tiny"]["v1"] = dict(hub.repos["org/gpt2-tiny"]["main"])

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from hypothesis import given, settings
+import sentencepiece as spm
 from hypothesis import strategies as st
 from click.testing import CliRunner
 from tokenizers import Regex, Tokenizer, pre_tokenizers
@@ -705,12 +706,22 @@ def test_slow_only_checkpoint_is_converted_and_says_so(slow_only, tmp_path):
     summary = _add(src, out, *_tokens_args(WORDS))
     assert summary["tokenizer_family"] == "sentencepiece-bpe"
     assert summary["tokenizer_notes"] == [
-        "tokenizer.model converted to tokenizer.json with transformers' LlamaTokenizer; "
-        "tokenizer.model itself does not have the new tokens",
-        "not copied: tokenizer.model (slow-tokenizer files without the new tokens; tokenizer.json has them)",
+        "tokenizer.model converted to tokenizer.json with transformers' LlamaTokenizer",
+        "tokenizer.model: the new tokens appended as pieces at their ids (llama.cpp's converter reads it first; "
+        "SentencePiece users get them too)",
     ]
     assert (out / "tokenizer.json").exists() and not (src / "tokenizer.json").exists()
-    assert not (out / "tokenizer.model").exists(), "a stale slow tokenizer must not be shipped"
+    # SentencePiece reads the written .model: the old pieces as they were, each new token at its id and one piece
+    old_sp = spm.SentencePieceProcessor(model_file=str(src / "tokenizer.model"))
+    new_sp = spm.SentencePieceProcessor(model_file=str(out / "tokenizer.model"))
+    assert new_sp.get_piece_size() == old_sp.get_piece_size() + len(summary["added"])
+    assert [new_sp.id_to_piece(i) for i in range(old_sp.get_piece_size())] == \
+        [old_sp.id_to_piece(i) for i in range(old_sp.get_piece_size())]
+    new_tok = AutoTokenizer.from_pretrained(out)
+    for a in summary["added"]:
+        assert new_sp.piece_to_id(a["piece"].replace(" ", "▁")) == a["id"], a
+    for text in [*OLD_TEXTS, *(f"I saw {w} today" for w in WORDS)]:
+        assert new_sp.encode(text) == new_tok(text, add_special_tokens=False)["input_ids"], text
     check_guarantees(src, out, WORDS)
     check_same_tokenizer_behaviour(src, out)
 

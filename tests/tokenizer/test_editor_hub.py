@@ -322,7 +322,9 @@ def test_llama2_meta_layout_keeps_every_word_loads_as_written_and_reports_bracke
     assert type(old).__name__ == "LlamaTokenizer" and type(new).__name__ in ("TokenizersBackend", "PreTrainedTokenizerFast")
     for text in OLD_TEXTS + ["<s>[INST] Hello there [/INST] Hi! </s><s>[INST] Next [/INST]"]:
         assert new(text)["input_ids"] == old(text)["input_ids"], text  # BOS too, and text after special tokens
-    ids = {w: new.convert_tokens_to_ids(w) for w in words}
+    ids = {a["token"]: a["id"] for a in summary["added"]}
+    # the content is the form as normalized, which llama.cpp's converter reads as " Frodo" (matched in raw text)
+    assert {a["piece"] for a in summary["added"]} == {"▁" + w for w in words}
     for text in ["Frodo went home.", "I saw Frodo's ring, and Gandalf.", "mithril, Lothlorien Müller"]:
         got = new(text, add_special_tokens=False)["input_ids"]
         assert sum(i in ids.values() for i in got) == sum(text.count(w) for w in words), text

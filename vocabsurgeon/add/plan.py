@@ -53,6 +53,7 @@ class AddOptions:
     lm_head_key: str | None = None
     pad_to_multiple_of: int | None = None
     reuse_reserved: bool = False
+    gguf_parity: bool = False  # only entries llama.cpp reads as transformers does (words without one: skipped)
     strict: bool = False  # any skipped token is an error (exit 2), raised while planning: before writing
     untie: bool = False  # tied models: write a separate output matrix (tie_word_embeddings false)
     # --init fitted (see fitted/causal.py): contexts from this corpus (None: the model generates them), bounds
@@ -279,7 +280,7 @@ def plan_tokens(target: Target, tokens: list[str]) -> Plan:
     """
     ckpt, layout, options = target.ckpt, target.layout, target.options
     check_word_count(len(tokens))  # before the tokenizer is read: a list too long to plan is refused at once
-    editor = TokenizerEditor(ckpt.path)
+    editor = TokenizerEditor(ckpt.path, gguf_parity=options.gguf_parity)
     if editor.size > layout.rows:
         raise InputError(
             f"{ckpt.path / TOKENIZER_FILE}: the tokenizer has ids up to {editor.size - 1}, but '{layout.embedding}' "
@@ -299,7 +300,12 @@ def plan_tokens(target: Target, tokens: list[str]) -> Plan:
         w, where = next(iter(tplan.contexts.items()))
         raise InputError(f"--strict: {len(tplan.contexts)} token(s) would not be one token in every context, e.g. {w!r} "
                          f"in {where[0]!r}; nothing was written (drop --strict to keep them; see --dry-run --json)")
-    dropped = [f for f in STALE_SLOW_FILES if (ckpt.path / f).is_file()] if tplan.new else []
+    tplan.slow_model = editor.slow_model(tplan)
+    if tplan.slow_model is not None:
+        tplan.notes.append(f"{tplan.slow_model[0]}: the new tokens appended as pieces at their ids (llama.cpp's "
+                           "converter reads it first; SentencePiece users get them too)")
+    kept = tplan.slow_model[0] if tplan.slow_model else None
+    dropped = [f for f in STALE_SLOW_FILES if f != kept and (ckpt.path / f).is_file()] if tplan.new else []
     if dropped:
         tplan.notes.append(
             f"not copied: {', '.join(dropped)} (slow-tokenizer files without the new tokens; {TOKENIZER_FILE} has them)"

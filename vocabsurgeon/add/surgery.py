@@ -30,7 +30,7 @@ from ..errors import InputError, VocabSurgeonError, WriteError
 from .modelcard import write_model_card
 from ..devices import resolve_device
 from ..init import InitContext, NewRows, accumulate_stats, get_strategy
-from ..checkpoint.filenames import CONFIG_NAME, INDEX_NAME, TOKENIZER_CONFIG, TOKENIZER_FILE
+from ..checkpoint.filenames import CONFIG_NAME, INDEX_NAME, SLOW_TOKENIZER_FILES, TOKENIZER_CONFIG, TOKENIZER_FILE
 from ..tokenizer.editor import verify_tokenizer
 from ..checkpoint.writer import (
     GrownTensor, Syncer, check_output_path, copy_file, copy_old_bytes, final_layout, reserve_layout, staging,
@@ -479,7 +479,7 @@ def _parameters_added(plan: Plan, grown: dict[str, GrownTensor]) -> int:
 
 
 # Files that are rewritten above, or that must never be carried over.
-_HANDLED = {INDEX_NAME, CONFIG_NAME, TOKENIZER_FILE, TOKENIZER_CONFIG}
+_HANDLED = {INDEX_NAME, CONFIG_NAME, TOKENIZER_FILE, TOKENIZER_CONFIG, *SLOW_TOKENIZER_FILES}
 
 
 def _copy_other_files(plan: Plan, stage: Path) -> None:
@@ -553,7 +553,7 @@ def add_tokens(
         revision, token: the Hub revision and token when `src` is a repo id (token None: HF_TOKEN or
             the stored login).
         **options: fields of `AddOptions` (init_input, init_output, seed, eps, special, link, force,
-            device, embedding_key, lm_head_key, pad_to_multiple_of, init, reuse_reserved, strict).
+            device, embedding_key, lm_head_key, pad_to_multiple_of, init, reuse_reserved, gguf_parity, strict).
 
     Returns:
         AddResult; `result.to_dict()` is what `vocabsurgeon add --json` prints.

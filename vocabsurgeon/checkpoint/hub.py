@@ -181,8 +181,9 @@ def pull(repo_id: str, revision: str | None = None, token: str | None = None) ->
                 )
             raise InputError(f"{where}: no {SINGLE_NAME} or {INDEX_NAME} in the repo; pass a safetensors checkpoint")
         wanted = weights + sorted(f for f in files if f in PULL_FILES or _MODULE_CONFIG.fullmatch(f))
-        if TOKENIZER_FILE not in files:  # only then does surgery read (and convert) a slow tokenizer
-            wanted += sorted(f for f in files if f in STALE_SLOW_FILES)
+        # A slow tokenizer is read (and converted) only where there is no tokenizer.json; a SentencePiece .model
+        # (small) always, since `add` keeps tokenizer.model, extended, for llama.cpp's converter (docs/gguf.md)
+        wanted += sorted(f for f in files if f in STALE_SLOW_FILES and (TOKENIZER_FILE not in files or f.endswith(".model")))
         logger.info("downloading %d files of %s (commit %s)", len(wanted), repo_id, commit)
         # By the revision asked for, not the commit: the cache then records the branch, for offline reruns.
         path = snapshot_download(repo_id, revision=revision, allow_patterns=[_literal(f) for f in wanted],

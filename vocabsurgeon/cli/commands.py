@@ -119,6 +119,10 @@ def _strategies_in_help(fn):
               help="Put new tokens on every row no token uses and on reserved placeholder tokens "
                    "(<|reserved_special_token_N|>, <unusedN>, [unusedN], <SPECIAL_N>) before appending rows "
                    "(without it, new ids follow the tokenizer's last id, on the padding rows past it).")
+@click.option("--gguf-parity", is_flag=True,
+              help="Keep only entries that llama.cpp (a GGUF conversion) tokenizes as transformers does: skip the "
+                   "words whose only entry it reads otherwise (Llama 2 / Mistral words of 3+ pieces, which it takes "
+                   "as added tokens with a space after them; byte-level bare forms that only ignore_merges reaches).")
 @click.option("--link", is_flag=True, help="Hard-link untouched shards instead of copying them (same filesystem only).")
 @click.option("--no-fsync", is_flag=True,
               help="Do not flush the output to disk before renaming it into place: faster on slow disks (up to "

@@ -22,6 +22,7 @@ from ..checkpoint.reader import read_json
 from ..errors import InputError, VocabSurgeonError
 from .chats import chat_samples
 from .encoding import encode_batch, encode_ids, unpadded
+from . import sentencepiece_model
 from .families import SUPPORTED_FAMILIES, SentencePieceBPE, Skip, detect_family, family_of
 from .families.sentencepiece_bpe import PIPELINE, as_meta_layout, as_transformers_builds
 from ..checkpoint.filenames import CHAT_TEMPLATE_FILES, CONFIG_NAME, SLOW_TOKENIZER_FILES, TOKENIZER_CONFIG, TOKENIZER_FILE
@@ -83,6 +84,8 @@ class TokenizerPlan:
     # Soft contexts the file as written misses but the class transformers loads it with does not (GPT-4o's o200k
     # as GPT2Tokenizer): not reported, since users get one token there; the re-read of the file expects them.
     file_only_contexts: dict[str, list[str]] = field(default_factory=dict)
+    # The input's SentencePiece .model with the new pieces appended (`TokenizerEditor.slow_model`): file name, bytes
+    slow_model: tuple[str, bytes] | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
         """The plan as plain data (the --json view)."""
@@ -156,8 +159,10 @@ def convert_slow_tokenizer(directory: str | Path, slow_file: str = SLOW_TOKENIZE
 class TokenizerEditor:
     """A checkpoint's fast tokenizer, opened for adding tokens."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, *, gguf_parity: bool = False):
         self.dir = Path(path)
+        # only entries that llama.cpp reads as transformers does (the families' gguf_parity notes)
+        self.gguf_parity = gguf_parity
         file = self.dir / TOKENIZER_FILE
         self.converted_from: str | None = None
         self.slow_file = next((f for f in SLOW_TOKENIZER_FILES if (self.dir / f).is_file()), None)
@@ -389,8 +394,7 @@ class TokenizerEditor:
                          "steps that give every text the same ids, so that new words are added tokens matched on "
                          "normalized text (as in Meta's Llama 2 layout)")
         if self.converted_from:
-            notes.append(f"{self.slow_file} converted to {TOKENIZER_FILE} with transformers' {self.converted_from}; "
-                         f"{self.slow_file} itself does not have the new tokens")
+            notes.append(f"{self.slow_file} converted to {TOKENIZER_FILE} with transformers' {self.converted_from}")
         if reuse is not None:
             taken = [t.id for t in new if t.id < start]
             notes.append(
@@ -799,10 +803,38 @@ class TokenizerEditor:
                         break
         return cfg
 
+    def slow_model(self, plan: TokenizerPlan) -> tuple[str, bytes] | None:
+        """The input's SentencePiece .model (tokenizer.model) with each new token appended as a piece at its id
+        (user-defined: matched whole, as the added token is; control for a special token), for a SentencePiece
+        BPE tokenizer whose new ids follow the .model's last piece (sentencepiece_model says why it is kept).
+        None where the file is absent or cannot hold the plan (reserved ids reused, another family, ids
+        elsewhere): the output then leaves it out, as a file without the new tokens."""
+        name = self.slow_file
+        if not plan.new or name is None or not name.endswith(".model") or self.family_name != SentencePieceBPE.name \
+                or plan.freed or plan.gap or any(t.mechanism not in ("added", "special", "merge") for t in plan.new):
+            return None
+        data = (self.dir / name).read_bytes()
+        try:
+            count = sentencepiece_model.piece_count(data)
+        except ValueError as e:
+            logger.info("%s: not read as a SentencePiece model (%s); left out of the output", self.dir / name, e)
+            return None
+        new = sorted(plan.new, key=lambda t: t.id)
+        if [t.id for t in new] != list(range(count, count + len(new))):
+            return None
+        kinds = {"special": sentencepiece_model.CONTROL, "merge": sentencepiece_model.NORMAL}
+        pieces = [(self.normalize(t.piece) if t.normalized else t.piece.replace(" ", "▁"),
+                   kinds.get(t.mechanism, sentencepiece_model.USER_DEFINED)) for t in new]
+        return name, sentencepiece_model.with_pieces(data, pieces)
+
     def write(self, plan: TokenizerPlan, out_dir: Path) -> list[str]:
         """Write the edited tokenizer files into out_dir; returns the file names written."""
         write_json(out_dir / TOKENIZER_FILE, self.edited(plan))
         written = [TOKENIZER_FILE]
+        if plan.slow_model is not None:
+            name, data = plan.slow_model
+            (out_dir / name).write_bytes(data)
+            written.append(name)
         cfg = self.edited_config(plan)
         if cfg is not None:
             write_json(out_dir / TOKENIZER_CONFIG, cfg)

@@ -200,6 +200,7 @@ class ByteLevelBPE(Family):
         self.unsafe: list[str] = []  # words whose garbled bare form cannot be an entry here (UNSAFE_FORM)
         self.risks: dict[str, str] = {}
         self.inside_old: set[str] = set()  # garbled forms whose characters an existing token holds
+        self.not_for_gguf: set[str] = set()  # words with a form left out by --gguf-parity (only ignore_merges reaches it)
 
     # --- what this family knows about its tokenizer
 
@@ -313,6 +314,8 @@ class ByteLevelBPE(Family):
                 out.append(Entry(form, byte_level(form), "merge"))
             elif whole and garbled and self.repairable(form) and not (form == w and self.splits_word_start(w)):
                 out.append(Entry(form, form, "added"))
+            elif whole and self.entries_allowed() and self.ed.gguf_parity:
+                self.not_for_gguf.add(w)  # its other form may still be written: this one keeps its old pieces
             elif whole and self.entries_allowed():
                 out.append(Entry(form, byte_level(form), "vocab"))
             elif whole and garbled:
@@ -363,6 +366,9 @@ class ByteLevelBPE(Family):
         return True
 
     def skip_reason(self, w: str) -> str | None:
+        if w in self.not_for_gguf:
+            return ("--gguf-parity: each of its forms that is not one token already can only be a vocabulary entry "
+                    "that ignore_merges reaches, which llama.cpp splits for most pre-tokenizers")
         if w in self.blocked:
             return (f"already one token after a space ({' ' + w!r}); its bare form would split that token as an "
                     f"added token, and cannot be a vocabulary entry: {self.blocked[w]}")
@@ -390,7 +396,7 @@ class ByteLevelBPE(Family):
             note = (f"{len(entries)} token(s) (e.g. {entries[0].form!r}) are vocabulary entries that only ignore_merges "
                     "reaches (neither a merge of two pieces nor an added token fits them): transformers gives them one "
                     "token, llama.cpp only where its pre-tokenizer type applies ignore_merges (llama-bpe) and splits "
-                    "them elsewhere (docs/gguf.md)")
+                    "them elsewhere (docs/gguf.md; --gguf-parity leaves them out)")
             notes.append(note)
             logger.info("%s", note)
 

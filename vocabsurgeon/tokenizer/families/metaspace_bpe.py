@@ -4,7 +4,7 @@ library trains it, and transformers 5's re-save of Llama 2 (byte fallback, split
 from __future__ import annotations
 
 from .base import Entry, Family, Skip
-from .shared import has_node
+from .shared import has_node, model_pair
 
 
 def _metaspace_always(node) -> bool:
@@ -34,10 +34,7 @@ class MetaspaceBPE(Family):
 
     def merge_pair(self, form: str) -> tuple[str, str] | None:
         """The two pieces BPE splits the form's piece into ("Frodo" inside "▁(Frodo"), if two."""
-        pieces = self._pieces(form)
-        if len(pieces) != 2 or any(p in self.ed.added or p not in self.ed.vocab for p in pieces):
-            return None
-        return pieces[0], pieces[1]
+        return model_pair(self.ed, form.replace(" ", "▁"))
 
     def entries(self, w: str) -> list[Entry]:
         out = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from .base import Entry, Family, Skip
-from .shared import has_node, split_risks, splitting_note
+from .shared import has_node, model_pair, split_risks, splitting_note
 
 logger = logging.getLogger(__name__)
 
@@ -144,11 +144,28 @@ class SentencePieceBPE(Family):
 
     def entries(self, w: str) -> list[Entry]:
         if self.prepends_in_normalizer():
-            return [Entry(w, w, "added", normalized=True)]
+            # Its content is the normalized form "▁Frodo" where the normalizer leaves that as it is (it prepends
+            # only where no "▁" leads): llama.cpp's converter reads tokenizer_config's added tokens with "▁" as
+            # a space, and matches " Frodo" in raw text as transformers matches "▁Frodo" in normalized text.
+            # Prepend("▁") would make it "▁▁Frodo": there the content stays "Frodo".
+            norm = self.ed.normalize(w)
+            if self.merge_pair(w) is not None:
+                return [Entry(w, norm, "merge")]
+            if self.ed.gguf_parity:
+                pieces = [t.value for t in self.ed.tok.model.tokenize(norm)]
+                raise Skip(f"--gguf-parity: {norm!r} is {len(pieces)} pieces, so it can only be an added token, which "
+                           "llama.cpp reads otherwise (it matches an added token in raw text and puts a '▁' after it); "
+                           "a word of two pieces is a merge that both read alike")
+            piece = "▁" + w if self.ed.normalize("▁" + w) == norm else w
+            return [Entry(w, piece, "added", normalized=True)]
         return [Entry(w, w, "added"), Entry(" " + w, " " + w, "added")]
 
+    def merge_pair(self, form: str) -> tuple[str, str] | None:
+        """Meta's layout: the two pieces BPE splits the normalized form ("▁Frodo": "▁Fro" "do") into, if two."""
+        return model_pair(self.ed, self.ed.normalize(form)) if self.prepends_in_normalizer() else None
+
     def admit(self, w: str, entry: Entry) -> bool:
-        if entry.form == w and not entry.normalized:
+        if entry.form == w and not entry.normalized and entry.mechanism == "added":
             ids = self.ed.encode(" " + w)
             if len(ids) == 1 and ids[0] not in {t["id"] for t in self.ed.added.values()}:
                 raise Skip(f"already one token after a space ({' ' + w!r}); an added token for its bare form would split "
@@ -165,3 +182,10 @@ class SentencePieceBPE(Family):
         note = splitting_note(self.ed, new, self.risks, lambda form: self.why_not_entry)
         if note:
             notes.append(note)
+        added = [t for t in new if t.mechanism == "added"]
+        if added and self.prepends_in_normalizer():
+            note = (f"{len(added)} token(s) (e.g. {added[0].text!r}) are added tokens (no merge of two existing pieces "
+                    "makes them); llama.cpp, after a GGUF conversion, matches them in raw text and puts a '▁' after "
+                    "each, so its ids differ there (docs/gguf.md; --gguf-parity skips them)")
+            notes.append(note)
+            logger.info("%s", note)

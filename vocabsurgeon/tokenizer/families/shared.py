@@ -58,3 +58,12 @@ def normalization(ed, w: str, claimed: dict[str, str], existing_is_there: bool) 
                       "before lookup)")
     claimed[key] = w
     return key, None
+
+
+def model_pair(ed, piece: str) -> tuple[str, str] | None:
+    """The two existing pieces the BPE model alone (no normalizer, no pre-tokenizer) splits `piece` into, if
+    two: the pair one merge appended last joins into `piece`."""
+    pieces = [t.value for t in ed.tok.model.tokenize(piece)]
+    if len(pieces) != 2 or any(p in ed.added or p not in ed.vocab for p in pieces):
+        return None
+    return pieces[0], pieces[1]
