@@ -271,6 +271,27 @@ def test_the_declared_pooling_is_a_target_and_brings_the_sentence_embedding_clos
     assert got["pooled"].mean() > got["hidden states"].mean(), {k: v.mean() for k, v in got.items()}
 
 
+
+def test_the_bench_drops_held_out_sentences_that_the_fit_corpus_has(st_model, tmp_path):
+    from bench.encoder_bench import held_sentences
+
+    fit, held = tmp_path / "fit.txt", tmp_path / "held.txt"
+    fit.write_text("Frodo went home at night.\n\nSam saw nothing.\n", encoding="utf-8")
+    held.write_text("Gandalf came back. Frodo went home at night.\n\nA quiet day.\n", encoding="utf-8")
+    with_new, without, dropped = held_sentences(st_model, ["Frodo", "Gandalf"], held, fit, shortest=1)
+    assert (with_new, without, dropped) == (["Gandalf came back."], ["A quiet day."], 1)
+
+
+def test_the_bench_oracle_trains_one_row_per_word_past_its_sub_word_mean_start(split, st_model):
+    """`row_oracle` (encoder_bench --bounds) trains on the sentences it scores: it must beat its own start."""
+    from bench.encoder_bench import row_oracle
+
+    _, held = split
+    got = np.array(row_oracle(st_model, WORDS, held[:12], passes=3))
+    start = np.array(row_oracle(st_model, WORDS, held[:12], passes=0))
+    assert got.shape == start.shape == (12,) and got.mean() > start.mean()
+
+
 def test_old_text_hidden_states_are_bit_identical(split, st_model, tmp_path):
     from sentence_transformers import SentenceTransformer
     from transformers import AutoModel, AutoTokenizer
