@@ -3,7 +3,7 @@
     python -m bench.encoder_bench                                # both sets, every run, tables on stdout
     python -m bench.encoder_bench --set names --runs mean fitted
     python -m bench.encoder_bench --results bench/RESULTS.md --json bench/work/encoder_bench.json
-    python -m bench.encoder_bench --bounds                       # what mean pooling allows (pooled_bounds)
+    python -m bench.encoder_bench --bounds                       # what one position allows (pooled_bounds, row_oracle)
     python -m bench.encoder_bench --mlm --results bench/RESULTS.md --json bench/work/encoder_bench_mlm.json
 
 The model is the real sentence-transformers checkpoint all-MiniLM-L6-v2 (BertModel body, 6 layers,
@@ -69,20 +69,27 @@ def sentences(path: Path, shortest: int = 20) -> list[str]:
     return out
 
 
-def held_sentences(src: Path, words: list[str], held: Path, shortest: int = 20) -> tuple[list[str], list[str]]:
+def held_sentences(src: Path, words: list[str], held: Path, fit: Path, shortest: int = 20) -> tuple[list[str], list[str], int]:
     """(held-out sentences of `shortest` characters or more that hold a new word under the output tokenizer, up
-    to SENTENCES; those without any, up to 100)."""
+    to SENTENCES; those without any, up to 100; how many were dropped because the fit corpus has them too).
+
+    Disjoint paragraphs can still share a sentence (docstrings repeat one across functions): a held-out
+    sentence that is also a sentence of the fit corpus is not held out, so it is dropped."""
     from transformers import AutoTokenizer
 
     with tempfile.TemporaryDirectory() as tmp:  # a run of its own: two benches may probe at once
         add_tokens(src, Path(tmp) / "probe", words, init="mean")
         old, new = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(Path(tmp) / "probe")
     n = len(old)
-    with_new, without = [], []
+    seen = set(sentences(fit, 0))
+    with_new, without, dropped = [], [], 0
     for s in sentences(held, shortest):
+        if s in seen:
+            dropped += 1
+            continue
         ids = new(s, add_special_tokens=False)["input_ids"]
         (with_new if any(i >= n for i in ids) else without).append(s)
-    return with_new[:SENTENCES], without[:100]
+    return with_new[:SENTENCES], without[:100], dropped
 
 
 def _add_run(label: str, kind: str, options: dict, src: Path, words: list[str], fit: Path, work: Path):
@@ -157,6 +164,66 @@ def pooled_bounds(src: Path, words: list[str], test: list[str]) -> dict[str, lis
             out[name].append(float(torch.nn.functional.cosine_similarity(rest + sum(rows, torch.zeros_like(rest)),
                                                                          h.sum(0), dim=0)))
     return out
+
+
+
+ORACLE_PASSES = 40  # the oracle's passes: on names its loss was flat over the last 6 (bench/RESULTS.md)
+
+
+def row_oracle(src: Path, words: list[str], test: list[str], passes: int = ORACLE_PASSES, seed: int = 0) -> list[float]:
+    """The ceiling of any init that writes one input row per word (`--bounds`): per held-out sentence, the
+    cosine to the original embedding once the new rows are trained on the held-out sentences themselves.
+
+    The objective is the measured one: 1 - cos of each sentence's pooled embedding (the checkpoint's
+    pooling, new tokenization) to the original's; Adam from the sub-word mean, everything else frozen,
+    step 0.1 x the rms of the old rows decayed on a cosine, batches of 16 of similar length, `passes`
+    passes. It reads the sentences it is measured on, so it is a bound, never a default."""
+    import numpy as np
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from vocabsurgeon.fitted.common import FitToken, length_batches, new_token_embeds, pad_batch, subword_mean
+    from vocabsurgeon.fitted.encoder import pool, read_pooling
+
+    with tempfile.TemporaryDirectory() as tmp:
+        add_tokens(src, Path(tmp) / "probe", words, init="mean")
+        old, new = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(Path(tmp) / "probe")
+    n = len(old)
+    tokens = [FitToken(t, tuple(old(t, add_special_tokens=False).input_ids))
+              for t in new.convert_ids_to_tokens(list(range(n, len(new))))]
+    mode = read_pooling(src).mode or "mean"
+    body = AutoModel.from_pretrained(src).eval().requires_grad_(False)
+    emb = body.get_input_embeddings()
+    olds = [old(s, truncation=True, max_length=256).input_ids for s in test]
+    news = [new(s, truncation=True, max_length=256).input_ids for s in test]
+    pad = body.config.pad_token_id or 0
+
+    def pooled(seqs, R=None):
+        ids, mask = pad_batch(seqs, pad, "cpu")
+        if R is None:
+            return pool(body(input_ids=ids, attention_mask=mask).last_hidden_state, mask, mode)
+        return pool(body(inputs_embeds=new_token_embeds(emb, ids, R), attention_mask=mask).last_hidden_state, mask, mode)
+
+    with torch.no_grad():
+        target = torch.cat([pooled(olds[s:s + 32]) for s in range(0, len(olds), 32)])
+    R = subword_mean(emb.weight, tokens).float().requires_grad_(True)  # (k, hidden)
+    rms = float(emb.weight.detach().float().pow(2).mean().sqrt())
+    opt = torch.optim.Adam([R], lr=0.1 * rms)
+    rng = np.random.default_rng(seed)
+    lengths = [len(x) for x in news]
+    total, step = passes * -(-len(test) // 16), 0
+    for _ in range(passes):
+        for part in length_batches(list(rng.permutation(len(test))), 16, lengths, rng):
+            cos = torch.nn.functional.cosine_similarity(pooled([news[i] for i in part], R), target[part], dim=-1)
+            opt.zero_grad()
+            (1 - cos).mean().backward()
+            for group in opt.param_groups:
+                group["lr"] = 0.1 * rms * 0.5 * (1 + np.cos(np.pi * step / total))
+            opt.step()
+            step += 1
+    with torch.no_grad():
+        return [float(c) for s in range(0, len(news), 32)
+                for c in torch.nn.functional.cosine_similarity(pooled(news[s:s + 32], R), target[s:s + 32], dim=-1)]
 
 
 MLM_BEGIN, MLM_END = "<!-- fitted-mlm:begin -->", "<!-- fitted-mlm:end -->"
@@ -350,7 +417,7 @@ def main_mlm(args) -> int:
     fit, held, tokens = domain.build(args.work, minilm, args.words)
     words = read_tokens_file(tokens)
     src = build_mlm(minilm, fit, args.work)
-    test, _ = held_sentences(src, words, held)
+    test, _, _ = held_sentences(src, words, held, fit)
     n_old = len(AutoTokenizer.from_pretrained(src))
     rows = []
     for label in args.runs:
@@ -389,7 +456,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = common.runs_parser(__doc__, RUNS)
     ap.add_argument("--set", nargs="+", default=list(SETS), choices=SETS, dest="sets",
                     help="word sets measured, each a table (default: both)")
-    ap.add_argument("--bounds", action="store_true", help="print pooled_bounds per set instead of running the inits")
+    ap.add_argument("--bounds", action="store_true",
+                    help="print pooled_bounds and row_oracle per set instead of running the inits")
     ap.set_defaults(words=None)
     args = ap.parse_args(argv)
     if args.bounds:
@@ -399,8 +467,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.sets:
             fit, held, tokens, _ = build_set(name, args.work, src, args.words)
             words = read_tokens_file(tokens)
-            test, _ = held_sentences(src, words, held, SHORTEST[name])
-            for label, v in pooled_bounds(src, words, test).items():
+            test, _, _ = held_sentences(src, words, held, fit, SHORTEST[name])
+            bounds = {**pooled_bounds(src, words, test),
+                      "one row per word trained on these sentences (oracle)": row_oracle(src, words, test)}
+            for label, v in bounds.items():
                 v = np.array(v)
                 print(f"{name} | {label} | {v.mean():.4f} / {v.min():.4f} / {np.quantile(v, 0.05):.4f} | {len(v)}")
         return 0
@@ -412,14 +482,15 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.sets:
         fit, held, tokens, what = build_set(name, args.work, src, args.words)
         words = read_tokens_file(tokens)
-        test, old_text = held_sentences(src, words, held, SHORTEST[name])
+        test, old_text, dropped = held_sentences(src, words, held, fit, SHORTEST[name])
         base = {"test": original.encode(test, batch_size=32), "old": original.encode(old_text, batch_size=32)}
         part = []
         for label in args.runs:
             part.append({"set": name, **measure(label, RUNS[label], src, words, fit, test, old_text, base, args.work)})
             print(json.dumps({k: v for k, v in part[-1].items() if k != "fitted"}), file=sys.stderr, flush=True)
         rows += part
-        text = (f"{DESCRIPTION}; {what}; {len(test)} held-out sentences that use them (not in the fit corpus), "
+        text = (f"{DESCRIPTION}; {what}; {len(test)} held-out sentences that use them (none of them a sentence of the "
+                f"fit corpus: {dropped} held-out sentences that the fit corpus also has were dropped), "
                 f"{len(old_text)} without; {common.machine_line()}\n\n{table(part)}")
         print(text)
         common.publish(text, rows, args.results, args.json, *MARKERS[name])

@@ -248,6 +248,50 @@ def test_fitted_beats_mean_and_subword_mean_in_sentence_embedding_cosine(split, 
     assert (got["fitted"] > got["subword-mean"]).mean() > 0.5
 
 
+
+def test_the_declared_pooling_is_a_target_and_brings_the_sentence_embedding_closer(split, st_model, tmp_path):
+    """The sentence embedding the checkpoint's modules.json declares (mean pooling) is what users compare, and
+    a target of the fit: on held-out sentences the fitted rows bring it closer to the original's than the
+    fit of the same weights without a modules.json (the hidden states alone, what a plain BERT body gets),
+    and every old row stays bit-identical."""
+    import shutil
+
+    fit, held = split
+    plain = tmp_path / "plain"
+    shutil.copytree(st_model, plain)
+    (plain / "modules.json").unlink()
+    old = _rows(st_model)
+    got = {}
+    for name, src in (("pooled", st_model), ("hidden states", plain)):
+        r = add_tokens(src, tmp_path / name, WORDS, init="fitted", fit_corpus=str(fit), **FAST).to_dict()["fitted"]
+        assert r["target"]["sentence_embedding"] == ("mean" if name == "pooled" else None)
+        rows = _rows(tmp_path / name)
+        assert rows.shape[0] > old.shape[0] and torch.equal(rows[:old.shape[0]], old)
+        got[name] = _body_cosines(st_model, tmp_path / name, held)  # mean pooling, as modules.json declares
+    assert got["pooled"].mean() > got["hidden states"].mean(), {k: v.mean() for k, v in got.items()}
+
+
+
+def test_the_bench_drops_held_out_sentences_that_the_fit_corpus_has(st_model, tmp_path):
+    from bench.encoder_bench import held_sentences
+
+    fit, held = tmp_path / "fit.txt", tmp_path / "held.txt"
+    fit.write_text("Frodo went home at night.\n\nSam saw nothing.\n", encoding="utf-8")
+    held.write_text("Gandalf came back. Frodo went home at night.\n\nA quiet day.\n", encoding="utf-8")
+    with_new, without, dropped = held_sentences(st_model, ["Frodo", "Gandalf"], held, fit, shortest=1)
+    assert (with_new, without, dropped) == (["Gandalf came back."], ["A quiet day."], 1)
+
+
+def test_the_bench_oracle_trains_one_row_per_word_past_its_sub_word_mean_start(split, st_model):
+    """`row_oracle` (encoder_bench --bounds) trains on the sentences it scores: it must beat its own start."""
+    from bench.encoder_bench import row_oracle
+
+    _, held = split
+    got = np.array(row_oracle(st_model, WORDS, held[:12], passes=3))
+    start = np.array(row_oracle(st_model, WORDS, held[:12], passes=0))
+    assert got.shape == start.shape == (12,) and got.mean() > start.mean()
+
+
 def test_old_text_hidden_states_are_bit_identical(split, st_model, tmp_path):
     from sentence_transformers import SentenceTransformer
     from transformers import AutoModel, AutoTokenizer
