@@ -173,7 +173,7 @@ class SentencePieceBPE(Family):
         return True
 
     def rebuild_breaks(self, new) -> str | None:
-        if new and self.prepends_in_normalizer():
+        if any(t.mechanism == "added" for t in new) and self.prepends_in_normalizer():  # a merge survives a rebuild
             return ("model-specific classes rebuild it with a Metaspace pre-tokenizer that, with legacy true, puts a "
                     "'▁' after every added token")
         return None
