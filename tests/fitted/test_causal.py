@@ -115,6 +115,17 @@ def test_output_fit_reaches_the_convex_optimum():
         assert float(_objective(data, W + 0.05 * torch.randn(2, 6, generator=g, dtype=torch.float64), prior, lam)) > best
 
 
+def test_output_fit_stops_early_on_a_relative_change_near_the_optimum():
+    data = _toy_data(P=2000, d=16, k=4)
+    data = _OutputData(data.h, data.logz, torch.tensor([3, 10, 50, 51, 70, 90]), torch.tensor([0, 1, 2, 3, 0, 1]),
+                       torch.ones(6, dtype=torch.float64))
+    prior = torch.zeros(4, 16, dtype=torch.float64)
+    full, calls = fit_output_rows(data, prior, 0.0, 0.05, 300, lambda *a: None)
+    early, fewer = fit_output_rows(data, prior, 0.0, 0.05, 300, lambda *a: None, rel_change=1e-6)
+    assert fewer < calls
+    assert float((early - full).norm() / full.norm()) < 1e-2
+
+
 def test_output_fit_without_evidence_lowers_the_new_logits():
     # no position where a new word follows: the objective is KL + L2, so the rows move to lower KL than the prior
     data = _toy_data()

@@ -65,6 +65,9 @@ CONTEXT_BUDGET = 2**16
 # where no new word follows are a weighted sample (`sample_positions`); at 100 words every one stays.
 OUTPUT_PAIRS = 2**23
 MIN_SAMPLED = 2048  # sampled context positions, at least
+# The output fit stops when an L-BFGS iteration changes its objective by less than this share: its
+# iterations after that move the rows by less than they differ from run to run (bench/RESULTS.md).
+OUTPUT_REL_CHANGE = 1e-9
 BATCH_LOGITS_BYTES = 2**28  # a teacher batch's logits are computed in products at most this large
 TEACH_TOKENS = 2048  # positions (padded) per batch of the frozen model's pass, beyond its `batch` windows
 DEPTH_PASSES = 6
@@ -322,14 +325,16 @@ def _kl_new(h, logz, W, b_new):
     return kl_added_mass(s.logsumexp(-1) - logz)
 
 
-def fit_output_rows(data: _OutputData, prior, b_new: float, l2: float, steps: int, say: Steps, device=None):
+def fit_output_rows(data: _OutputData, prior, b_new: float, l2: float, steps: int, say: Steps, device=None,
+                    rel_change: float = 0.0):
     """The new output rows minimizing sum over positions of CE(ideal || p_new) + l2/2 * scale * |W - prior|^2.
 
     Per position: weight * (log(Z_old + sum_j exp(s_j)) - log Z_old) - sum_j q_j s_j, s = h . W^T + b. Convex in
     W (a log-sum-exp minus a linear term), so L-BFGS finds the optimum. The L2 weight is in logit
     units: `scale` is the mean squared hidden-state coordinate, so moving a row by d costs about what
     moving a typical logit by |d| * rms(h) * sqrt(hidden) does. Float64 on the CPU; float32 on a GPU
-    (`device`), where the hidden states of many contexts would not fit twice as wide.
+    (`device`), where the hidden states of many contexts would not fit twice as wide. `rel_change`: see
+    `common.lbfgs` (0: all `steps` iterations unless converged to the last bits).
     """
     import torch
 
@@ -349,7 +354,7 @@ def fit_output_rows(data: _OutputData, prior, b_new: float, l2: float, steps: in
         obj = (kl * weight).sum() if weight is not None else kl.sum()
         return obj - (q * s[q_pos, q_tok]).sum() + 0.5 * lam * ((W - prior) ** 2).sum()
 
-    calls = lbfgs([W], objective, steps, say, "output rows")
+    calls = lbfgs([W], objective, steps, say, "output rows", rel_change)
     return W.detach().double().cpu(), calls
 
 
@@ -534,7 +539,7 @@ def _fit_loaded(m: _Model, src: Path, tok, tokens: list[FitToken], roles: set[st
         mean_rows = output_prior("mean", m.W, tokens)
         prior = output_prior(opts.output_start, m.W, tokens)
         l2 = opts.l2 if opts.l2 is not None else DEFAULT_L2
-        W, calls = fit_output_rows(data, prior, b_new, l2, opts.output_steps, say, m.device)
+        W, calls = fit_output_rows(data, prior, b_new, l2, opts.output_steps, say, m.device, OUTPUT_REL_CHANGE)
         bad = ~torch.isfinite(W).all(1)
         if bad.any():  # never write a non-finite row
             logger.warning("output fit: %d row(s) not finite; they keep the %s row", int(bad.sum()), opts.output_start)

@@ -170,16 +170,21 @@ def pad_batch(seqs: list[list[int]], pad: int, device):
     return ids.to(device), mask.to(device)
 
 
-def lbfgs(params: list, objective, steps: int, say: Steps, stage: str) -> int:
+def lbfgs(params: list, objective, steps: int, say: Steps, stage: str, rel_change: float = 0.0) -> int:
     """Minimize the convex `objective()` (a scalar tensor of `params`) by L-BFGS with a strong-Wolfe line
     search, at most `steps` iterations (0: none), reporting to `say` as `stage`. Returns the evaluations.
-    The new-logit fits (causal output rows, masked-LM head) both run through here."""
+    With `rel_change`, it stops once an iteration changes the objective by less than that share of
+    the objective at the start. The new-logit fits (causal output rows, masked-LM head) both run through here."""
     import torch
 
     calls = 0
     if steps > 0:
+        change = 1e-12
+        if rel_change > 0:
+            with torch.no_grad():
+                change = max(change, rel_change * abs(float(objective())))
         opt = torch.optim.LBFGS(params, lr=1.0, max_iter=steps, history_size=20, line_search_fn="strong_wolfe",
-                                tolerance_grad=1e-10, tolerance_change=1e-12)
+                                tolerance_grad=1e-10, tolerance_change=change)
 
         def closure():
             nonlocal calls
