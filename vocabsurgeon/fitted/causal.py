@@ -58,9 +58,6 @@ CAUSAL_PASSES = 3  # distillation passes over the windows, at most, unless FitOp
 # Matched after the first fifth, the rows' held-out loss at the last layer is about that of matching
 # there, in a fraction of the time (bench/RESULTS.md).
 DISTILL_DEPTH = 0.2
-# Positions of corpus windows at most (`budget_windows`): the frozen model's pass over them is most of a
-# fit's time; beyond, fewer windows per word. At 100 words every word keeps its --fit-contexts.
-CONTEXT_BUDGET = 2**16
 # (position, new token) pairs in the output fit's KL term over the contexts, at most: beyond, its positions
 # where no new word follows are a weighted sample (`sample_positions`); at 100 words every one stays.
 OUTPUT_PAIRS = 2**23
@@ -496,9 +493,10 @@ def _fit_loaded(m: _Model, src: Path, tok, tokens: list[FitToken], roles: set[st
     report: dict = {"method": "fitted", "roles": sorted(roles), **{k: getattr(opts, k) for k in bounds}}
     if opts.corpus is not None:
         text, sha = read_fit_corpus(opts.corpus)
-        windows, per = budget_windows(text, tok, m.prefix, tokens, length, opts.contexts_per_word, CONTEXT_BUDGET)
+        windows, per = budget_windows(text, tok, m.prefix, tokens, length, opts.contexts_per_word,
+                                      opts.context_budget)
         report["contexts"] = {"source": "corpus", "name": Path(opts.corpus).name, "sha256": sha,
-                              "per_word": per, "budget_positions": CONTEXT_BUDGET}
+                              "per_word": per, "budget_positions": opts.context_budget}
     else:
         windows = generated_windows(m, tok, tokens, opts, say)
         report["contexts"] = {"source": "generated", "prompts_per_word": opts.prompts_per_word,

@@ -50,6 +50,9 @@ class FitOptions:
     # Tokens per window around an occurrence (capped by the model's positions): as good as longer windows
     # at a fraction of the time; the forward pass over the contexts is most of a kept-tied fit (bench/RESULTS.md).
     context_tokens: int = 32
+    # Positions of all corpus windows, at most (None: no limit): beyond, fewer windows per word (at least one).
+    # The model's pass over the windows is most of a fit's time; at 100 words every word keeps contexts_per_word.
+    context_budget: int | None = 2**16
     input_steps: int | None = None  # Adam steps of the input distillation, at most (None: `passes` decide)
     # Passes over the windows, at most; a pass that gains < 1% on held-out windows stops it. None: on a
     # causal LM 6 through the first layers (fitted.DEPTH_PASSES), 3 through all of them (`depth` 1: a
