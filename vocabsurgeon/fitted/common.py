@@ -296,7 +296,8 @@ def adam_passes(start, scale: float, usable: list[int], batch_loss, steps: int |
     if not usable or steps == 0:
         return R.detach().double().cpu(), report
     held = usable[::8] if len(usable) >= 16 else []
-    train = [i for i in usable if i not in set(held)]
+    out = set(held)
+    train = [i for i in usable if i not in out]
     if lengths is not None:  # the held-out loss is a sum: evaluated in length order, it pads least
         held.sort(key=lambda i: lengths[i])
     per_pass = -(-len(train) // batch)
