@@ -69,7 +69,7 @@ BATCH_LOGITS_BYTES = 2**28  # a teacher batch's logits are computed in products 
 TEACH_TOKENS = 2048  # positions (padded) per batch of the frozen model's pass, beyond its `batch` windows
 DEPTH_PASSES = 6
 
-GENERATE_BATCH = 64  # prompts sampled together (generated contexts)
+GENERATE_BATCH = 128  # prompts sampled together (generated contexts)
 # Prompts of generated contexts; "{}" is the form (" Frodo" carries its space)
 BARE_PROMPTS = ("{}", "\"{}", "{} is", "({}")
 SPACE_PROMPTS = ("The{}", "It was{}", "We talked about{}", "I saw{}")
@@ -384,7 +384,9 @@ def sample_continuations(m: _Model, prompts: list[list[int]], steps: list[int], 
     prompts in one batch with the keys and values of what came before kept (one position a step).
 
     Prompt i samples with its own generator, seeded `seeds[i]`: its continuation does not depend on
-    which prompts share its batch (up to the last bits of the logits). The prompts are left-padded."""
+    which prompts share its batch (up to the last bits of the logits). The prompts are left-padded.
+    On the CPU it runs on one thread: a step's products are a few rows wide, and with a second thread on
+    a busy machine the OpenMP spin-waits cost several times the work (bench/RESULTS.md)."""
     import torch
 
     from ..runtime import cache_argument, returned_cache
@@ -401,7 +403,7 @@ def sample_continuations(m: _Model, prompts: list[list[int]], steps: list[int], 
     seqs = [list(p) for p in prompts]
     done = [n <= 0 for n in steps]
     arg, cache = cache_argument(m.model.base_model), None
-    with torch.no_grad():
+    with torch.no_grad(), narrow_threads(m.device, 0):  # hidden 0: one thread on the CPU, whatever the width
         for step in range(max(steps, default=0)):
             out = m.model.base_model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
                                      **({arg: cache} if cache is not None else {}))
