@@ -28,9 +28,14 @@ from vocabsurgeon.fitted.causal import (
     Window,
     _OutputData,
     _kl_new,
+    budget_windows,
     find_runs,
     fit_output_rows,
+    sample_continuations,
+    sample_positions,
     shrink_to_limit,
+    teach_batches,
+    word_windows,
 )
 from vocabsurgeon.fitted import fit_rows
 
@@ -108,6 +113,17 @@ def test_output_fit_reaches_the_convex_optimum():
     best = float(_objective(data, W, prior, lam))
     for _ in range(20):
         assert float(_objective(data, W + 0.05 * torch.randn(2, 6, generator=g, dtype=torch.float64), prior, lam)) > best
+
+
+def test_output_fit_stops_early_on_a_relative_change_near_the_optimum():
+    data = _toy_data(P=2000, d=16, k=4)
+    data = _OutputData(data.h, data.logz, torch.tensor([3, 10, 50, 51, 70, 90]), torch.tensor([0, 1, 2, 3, 0, 1]),
+                       torch.ones(6, dtype=torch.float64))
+    prior = torch.zeros(4, 16, dtype=torch.float64)
+    full, calls = fit_output_rows(data, prior, 0.0, 0.05, 300, lambda *a: None)
+    early, fewer = fit_output_rows(data, prior, 0.0, 0.05, 300, lambda *a: None, rel_change=1e-6)
+    assert fewer < calls
+    assert float((early - full).norm() / full.norm()) < 1e-2
 
 
 def test_output_fit_without_evidence_lowers_the_new_logits():
@@ -353,3 +369,63 @@ def test_cli_missing_fit_corpus_is_refused_before_writing(tmp_path):
                                    str(FIXTURES / "gpt2-tiny"), str(tmp_path / "out")])
     assert res.exit_code == 2 and not (tmp_path / "out").exists()
     assert f"{tmp_path / 'nope.txt'}: no such file; pass a UTF-8 text file that uses the new words to --fit-corpus" in res.output
+
+
+# ------------------------------------------------------------------ batching at scale (issue 31)
+
+
+def test_the_teacher_pass_in_large_batches_gives_what_one_window_at_a_time_gives(fit_setup, monkeypatch):
+    from vocabsurgeon.fitted import causal
+
+    m, windows, _, _, _ = fit_setup
+    big = causal._teach(m, windows, 8, lambda *a: None, depth=1)
+    monkeypatch.setattr(causal, "TEACH_TOKENS", 1)
+    assert len(causal.teach_batches([len(w.old) for w in windows], 1)) == len(windows)
+    one = causal._teach(m, windows, 1, lambda *a: None, depth=1)
+    for a, b in ((big.h, one.h), (big.logz, one.logz), (big.lp_next, one.lp_next), (big.at_depth, one.at_depth)):
+        assert [x.shape for x in a] == [x.shape for x in b]
+        assert max(float((x - y).abs().max()) for x, y in zip(a, b)) < 1e-4
+
+
+def test_teach_batches_fill_to_the_token_cap_in_length_order():
+    lengths = [30, 5, 10, 10, 40, 5]
+    batches = teach_batches(lengths, 2, tokens=40)
+    assert sorted(i for b in batches for i in b) == list(range(6))
+    assert [[lengths[i] for i in b] for b in batches] == [[5, 5, 10, 10], [30, 40]]  # 2 windows at least
+
+
+def test_sampled_continuations_do_not_depend_on_the_batch(fit_setup):
+    m, _, _, _, _ = fit_setup
+    prompts = [m.prefix + p for p in ([5, 6, 7], [9], [11, 12, 13, 14, 15], [3, 4])]
+    steps = [6, 9, 4, 0]
+    together = sample_continuations(m, prompts, steps, None, [10, 11, 12, 13])
+    alone = [sample_continuations(m, [p], [n], None, [s])[0] for p, n, s in zip(prompts, steps, [10, 11, 12, 13])]
+    assert together == alone
+    assert [len(s) - len(p) for s, p in zip(together, prompts)] == steps
+    assert together[0] != sample_continuations(m, prompts[:1], steps[:1], None, [99])[0]  # the seed decides
+
+
+def test_a_position_sample_keeps_the_word_positions_and_old_text_and_stands_for_the_rest():
+    data = _toy_data(P=200)  # word positions 3, 10, 50, 51
+    data.weight = torch.cat([torch.ones(150, dtype=torch.float64), torch.full((50,), 16.0, dtype=torch.float64)])
+    assert sample_positions(data, 150, 146, 0) is data  # 146 context positions where no word follows: all fit
+    cut = sample_positions(data, 150, 40, 0)
+    assert cut.h.shape[0] == 4 + 40 + 50
+    assert torch.equal(cut.h[cut.q_pos], data.h[data.q_pos]) and torch.equal(cut.q_tok, data.q_tok)
+    assert torch.equal(cut.h[-50:], data.h[150:]) and torch.equal(cut.weight[-50:], data.weight[150:])
+    assert float(cut.weight[:-50].sum()) == pytest.approx(150.0)  # the sample's weights count every context position
+    assert not torch.equal(cut.h[:44], sample_positions(data, 150, 40, 1).h[:44])  # the seed decides
+
+
+def test_budget_windows_lower_the_windows_per_word_to_fit_the_budget():
+    from vocabsurgeon.runtime import load_tokenizer
+
+    tok = load_tokenizer(FIXTURES / "gpt2-tiny")
+    text = (FIXTURES / "corpus_lotr.txt").read_text(encoding="utf-8")
+    tokens = [FitToken(f, tuple(tok(f, add_special_tokens=False).input_ids)) for f in (" Frodo", " Gandalf")]
+    full, per = budget_windows(text, tok, [], tokens, 32, 8, None)
+    assert per == 8 and [w.old for w in full] == [w.old for w in word_windows(text, tok, [], tokens, 32, 8)]
+    budget = sum(len(w.old) for w in full) // 2
+    cut, per = budget_windows(text, tok, [], tokens, 32, 8, budget)
+    assert per < 8 and sum(len(w.old) for w in cut) <= budget
+    assert [w.old for w in cut] == [w.old for w in word_windows(text, tok, [], tokens, 32, per)]

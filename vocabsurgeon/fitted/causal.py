@@ -58,29 +58,60 @@ CAUSAL_PASSES = 3  # distillation passes over the windows, at most, unless FitOp
 # Matched after the first fifth, the rows' held-out loss at the last layer is about that of matching
 # there, in a fraction of the time (bench/RESULTS.md).
 DISTILL_DEPTH = 0.2
-BATCH_LOGITS_BYTES = 2**28  # a teacher batch's logits at most this large are computed in one product
+# (position, new token) pairs in the output fit's KL term over the contexts, at most: beyond, its positions
+# where no new word follows are a weighted sample (`sample_positions`); at 100 words every one stays.
+OUTPUT_PAIRS = 2**23
+MIN_SAMPLED = 2048  # sampled context positions, at least
+# The output fit stops when an L-BFGS iteration changes its objective by less than this share: its
+# iterations after that move the rows by less than they differ from run to run (bench/RESULTS.md).
+OUTPUT_REL_CHANGE = 1e-9
+BATCH_LOGITS_BYTES = 2**28  # a teacher batch's logits are computed in products at most this large
+TEACH_TOKENS = 2048  # positions (padded) per batch of the frozen model's pass, beyond its `batch` windows
 DEPTH_PASSES = 6
 
+GENERATE_BATCH = 128  # prompts sampled together (generated contexts)
 # Prompts of generated contexts; "{}" is the form (" Frodo" carries its space)
 BARE_PROMPTS = ("{}", "\"{}", "{} is", "({}")
 SPACE_PROMPTS = ("The{}", "It was{}", "We talked about{}", "I saw{}")
 
 
 def word_windows(text: str, tok, prefix: list[int], tokens: list[FitToken], length: int,
-                   per_token: int) -> list[Window]:
+                 per_token: int) -> list[Window]:
     """Windows of at most `length` tokens around the occurrences of new tokens in the paragraphs of
     `text`, in corpus order: each ends a quarter of `length` after an occurrence (the positions that
     follow it, which distillation matches) and starts as far before it as the length allows (its
     context). An occurrence whose token already has `per_token` windows, or that an earlier window
     holds, adds none. Each window starts with `prefix` (the model's sequence start)."""
+    return budget_windows(text, tok, prefix, tokens, length, per_token, None)[0]
+
+
+def budget_windows(text: str, tok, prefix: list[int], tokens: list[FitToken], length: int, per_token: int,
+                   budget: int | None) -> tuple[list[Window], int]:
+    """`word_windows` with at most `budget` positions in all (None: no limit): the most windows per token,
+    at most `per_token` and at least 1, whose windows fit; and that number. The model's pass over the
+    windows is most of a fit's time, and it grows with the words times the windows per word."""
+    paras = [list(ids) for ids in tok(paragraphs(text), add_special_tokens=False, padding=False, truncation=False,
+                                      verbose=False).input_ids] if text.strip() else []
+    found = [find_runs(ids, tokens) for ids in paras]
+    for per in range(per_token, 0, -1):
+        out = _windows_of(paras, found, prefix, tokens, length, per)
+        if budget is None or per == 1 or sum(len(w.old) for w in out) <= budget:
+            if per < per_token:
+                logger.info("%d windows per new token (of %d): the windows of %d tokens fit %d positions",
+                            per, per_token, len(tokens), budget)
+            return out, per
+    raise AssertionError("unreachable: per == 1 returns")
+
+
+def _windows_of(paras: list[list[int]], found: list[list[Run]], prefix: list[int], tokens: list[FitToken],
+                length: int, per_token: int) -> list[Window]:
     span = max(2, length - len(prefix))
     after = span // 4
     counts = [0] * len(tokens)
     out = []
-    for para in paragraphs(text):
-        ids = encode(tok, para)
+    for ids, runs in zip(paras, found):
         covered = 0  # paragraph ids before this are in the last window taken
-        for r in find_runs(ids, tokens):
+        for r in runs:
             if counts[r.j] >= per_token or r.start + r.length <= covered:
                 continue
             end = min(len(ids), r.start + r.length + after)
@@ -148,6 +179,21 @@ class _Teacher:
     at_depth: list | None = None  # per window: (T, hidden) float32 after the first `depth` layers, through the final norm
 
 
+def teach_batches(lengths: list[int], batch: int, tokens: int | None = None) -> list[list[int]]:
+    """Indices of windows of `lengths` in batches for the frozen model's pass: in length order (padding
+    costs as much as real positions), each batch at least `batch` windows and more while it holds at most
+    `tokens` positions (padded): large matrix products keep both cores busy where small ones spin-wait."""
+    tokens = TEACH_TOKENS if tokens is None else tokens
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    out, part = [], []
+    for i in order:
+        if len(part) >= batch and (len(part) + 1) * lengths[i] > tokens:
+            out.append(part)
+            part = []
+        part.append(i)
+    return out + [part] if part else out
+
+
 def _teach(m: _Model, windows: list[Window], batch: int, say: Steps, stage: str = "model on contexts",
            keep: dict[int, int] | None = None, depth: int | None = None) -> _Teacher:
     """The frozen model's pass over `windows`, once: what the fits read instead of running it again.
@@ -157,9 +203,9 @@ def _teach(m: _Model, windows: list[Window], batch: int, say: Steps, stage: str 
     distillation matches, layer_tap.LayerTap).
 
     log Z is a float32 log-sum-exp over the vocabulary (its rounding, ~1e-7 relative, moves a KL by
-    as little), taken per window on its own positions: float64 logits of a batch of long windows
-    would be gigabytes (8 x 512 x 49,152 x 8 bytes). Windows are batched in length order (padding
-    costs as much as real positions); the results are in the order of `windows`."""
+    as little), over the batch's real positions in chunks of BATCH_LOGITS_BYTES of logits: float64
+    logits of a batch of long windows would be gigabytes (8 x 512 x 49,152 x 8 bytes). Windows are
+    batched by `teach_batches`; the results are in the order of `windows`."""
     import torch
 
     from .layer_tap import LayerTap
@@ -168,11 +214,10 @@ def _teach(m: _Model, windows: list[Window], batch: int, say: Steps, stage: str 
     h_, logz_, lp_ = [None] * len(windows), [None] * len(windows), [None] * len(windows)
     at_ = [None] * len(windows) if depth else None
     kv: dict = {}
-    order = sorted(range(len(windows)), key=lambda i: len(windows[i].old))
+    done = 0
     tap = LayerTap(m.model.base_model, depth, stop=False) if depth else contextlib.nullcontext()
     with tap, torch.no_grad():
-        for s in range(0, len(order), batch):
-            part = order[s:s + batch]
+        for part in teach_batches([len(w.old) for w in windows], batch):
             ids, mask = pad_batch([windows[i].old for i in part], 0, m.device)
             if not m._checked:
                 m.check_linear_head(ids[:, :int(mask[0].sum())])
@@ -180,23 +225,32 @@ def _teach(m: _Model, windows: list[Window], batch: int, say: Steps, stage: str 
             h = out.last_hidden_state
             if keep:
                 try:
-                    kv.update(window_prefixes(out, keep, part))
+                    kv.update(window_prefixes(out, keep, part, depth))
                 except Exception as e:  # noqa: BLE001 - no usable cache: distillation runs the prefixes itself
                     logger.info("the teacher pass keeps no prefix cache (%s: %s)", type(e).__name__, e)
                     keep, kv = None, {}
             del out
-            # the batch's logits in one product where they are small (short windows), else window by window
-            whole = m.logits(h) if h.shape[0] * h.shape[1] * m.n * 4 <= BATCH_LOGITS_BYTES else None
-            for b, i in enumerate(part):
+            real = mask.bool()
+            flat = h[real]  # (N, hidden) the batch's real positions, row by row
+            nxt = torch.cat([ids[:, 1:], ids[:, :1]], 1)[real]  # the id after each position (junk at a row's end)
+            rows = max(1, BATCH_LOGITS_BYTES // (4 * m.n))
+            lz, lp = [], []
+            for s in range(0, flat.shape[0], rows):
+                z = m.logits(flat[s:s + rows])  # (rows, n) float32
+                lz.append(z.logsumexp(-1))
+                lp.append(z.gather(-1, nxt[s:s + rows, None])[:, 0] - lz[-1])
+            lz, lp = torch.cat(lz).double().cpu(), torch.cat(lp).double().cpu()
+            at = tap.h[real].cpu() if depth else None
+            flat = flat.float().cpu()
+            o = 0
+            for i in part:
                 T = len(windows[i].old)
-                z = whole[b, :T] if whole is not None else m.logits(h[b, :T])  # (T, n) float32
-                lz = z.logsumexp(-1)
-                h_[i] = h[b, :T].float().cpu()
-                logz_[i] = lz.double().cpu()
-                lp_[i] = (z[:-1].gather(-1, ids[b, 1:T, None])[..., 0] - lz[:-1]).double().cpu()
+                h_[i], logz_[i], lp_[i] = flat[o:o + T], lz[o:o + T], lp[o:o + T - 1]
                 if depth:
-                    at_[i] = tap.h[b, :T].cpu()
-            say(stage, min(s + batch, len(windows)), len(windows))
+                    at_[i] = at[o:o + T]
+                o += T
+            done += len(part)
+            say(stage, done, len(windows))
     return _Teacher(h_, logz_, lp_, kv, at_)
 
 
@@ -236,20 +290,48 @@ def _output_data(windows: list[Window], teacher: _Teacher, target: str = "model"
                        torch.tensor(qt, dtype=torch.long), torch.tensor(qv, dtype=torch.float64))
 
 
+def sample_positions(data: _OutputData, n_context: int, most: int, seed: int) -> _OutputData:
+    """`data` with the positions of the contexts (its first `n_context`) where no new word follows cut to a
+    seeded sample of `most`, each weighted to stand for the ones left out (an unbiased estimate of their
+    KL sum); the word positions and the old text's (after the contexts) stay, as they are.
+
+    Each position's KL term costs one product with every new row, so the objective's cost is
+    positions x new tokens: without a cap it grows with the square of the word count (each word
+    brings its contexts). `data` itself when there are no more than `most` such positions."""
+    import torch
+
+    P = data.h.shape[0]
+    is_word = torch.zeros(P, dtype=torch.bool)
+    is_word[data.q_pos] = True
+    rest = (~is_word[:n_context]).nonzero()[:, 0]
+    if rest.numel() <= most:
+        return data
+    g = torch.Generator().manual_seed(seed)
+    picked = rest[torch.randperm(rest.numel(), generator=g)[:most]].sort().values
+    keep = torch.cat([is_word[:n_context].nonzero()[:, 0], picked, torch.arange(n_context, P)]).sort().values
+    weight = data.weight.clone() if data.weight is not None else torch.ones(P, dtype=torch.float64)
+    weight[picked] *= rest.numel() / most
+    where = torch.full((P,), -1, dtype=torch.long)
+    where[keep] = torch.arange(keep.numel())
+    return _OutputData(data.h[keep], data.logz[keep], where[data.q_pos], data.q_tok, data.q, weight[keep])
+
+
 def _kl_new(h, logz, W, b_new):
     """KL(p_old || p_new) at positions (h, log Z) when the new output rows are W (and bias b_new)."""
     s = h @ W.T + b_new  # (P, k)
     return kl_added_mass(s.logsumexp(-1) - logz)
 
 
-def fit_output_rows(data: _OutputData, prior, b_new: float, l2: float, steps: int, say: Steps, device=None):
+def fit_output_rows(data: _OutputData, prior, b_new: float, l2: float, steps: int, say: Steps, device=None,
+                    rel_change: float = 0.0):
     """The new output rows minimizing sum over positions of CE(ideal || p_new) + l2/2 * scale * |W - prior|^2.
 
     Per position: weight * (log(Z_old + sum_j exp(s_j)) - log Z_old) - sum_j q_j s_j, s = h . W^T + b. Convex in
     W (a log-sum-exp minus a linear term), so L-BFGS finds the optimum. The L2 weight is in logit
     units: `scale` is the mean squared hidden-state coordinate, so moving a row by d costs about what
     moving a typical logit by |d| * rms(h) * sqrt(hidden) does. Float64 on the CPU; float32 on a GPU
-    (`device`), where the hidden states of many contexts would not fit twice as wide.
+    (`device`), where the hidden states of many contexts would not fit twice as wide. `rel_change`: see
+    `common.lbfgs` (0: all `steps` iterations unless converged to the last bits).
     """
     import torch
 
@@ -269,49 +351,75 @@ def fit_output_rows(data: _OutputData, prior, b_new: float, l2: float, steps: in
         obj = (kl * weight).sum() if weight is not None else kl.sum()
         return obj - (q * s[q_pos, q_tok]).sum() + 0.5 * lam * ((W - prior) ** 2).sum()
 
-    calls = lbfgs([W], objective, steps, say, "output rows")
+    calls = lbfgs([W], objective, steps, say, "output rows", rel_change)
     return W.detach().double().cpu(), calls
 
 
-def generated_windows(m: _Model, tok, tokens: list[FitToken], opts: FitOptions, say: Steps) -> list[Window]:
-    """Contexts the model writes itself: each form in a few prompts, continued by seeded sampling."""
-    import torch
-
-    prefix = m.prefix
+def generated_windows(m: _Model, tok, tokens: list[FitToken], opts: FitOptions, say: Steps,
+                      batch: int = GENERATE_BATCH) -> list[Window]:
+    """Contexts the model writes itself: each form in a few prompts, continued by seeded sampling
+    (`sample_continuations`, `batch` prompts at a time)."""
     prompts = []
     for t in tokens:
         templates = SPACE_PROMPTS if t.form.startswith(" ") else BARE_PROMPTS
         for p in templates[:opts.prompts_per_word]:
-            prompts.append(prefix + encode(tok, p.format(t.form)))
-    eos = tok.eos_token_id
-    pad = tok.pad_token_id if tok.pad_token_id is not None else (eos if eos is not None else 0)
-    gen = torch.Generator(device="cpu").manual_seed(opts.seed)
+            prompts.append(m.prefix + encode(tok, p.format(t.form)))
     limit = min(opts.context_tokens, m.max_len)
+    prompts = [p[:limit - 1] for p in prompts]
     out = []
-    batch = max(1, opts.batch_size)
     for s in range(0, len(prompts), batch):
-        part = [p[:limit - 1] for p in prompts[s:s + batch]]
-        seqs = [list(p) for p in part]
-        done = [False] * len(seqs)
-        for _ in range(min(opts.generated_tokens, limit - max(len(p) for p in part))):
-            ids, mask = pad_batch(seqs, pad, m.device)
-            with torch.no_grad():
-                h = m.hidden(ids, mask)
-                last = mask.sum(1) - 1
-                z = m.logits(h[torch.arange(len(seqs)), last]).float().cpu()
-            nxt = torch.multinomial(z.softmax(-1), 1, generator=gen)[:, 0].tolist()
-            for i, t in enumerate(nxt):
-                if not done[i]:
-                    seqs[i].append(t)
-                    done[i] = t == eos
-            if all(done):
-                break
-        for sq in seqs:
-            w = Window(sq, [])
+        part = prompts[s:s + batch]
+        steps = [min(opts.generated_tokens, limit - len(p)) for p in part]
+        for seq in sample_continuations(m, part, steps, tok.eos_token_id, [opts.seed + s + i for i in range(len(part))]):
+            w = Window(seq, [])
             w.runs = find_runs(w.old, tokens)
             out.append(w)
         say("generating contexts", min(s + batch, len(prompts)), len(prompts))
     return out
+
+
+def sample_continuations(m: _Model, prompts: list[list[int]], steps: list[int], eos: int | None,
+                         seeds: list[int]) -> list[list[int]]:
+    """Each prompt i continued by up to `steps[i]` tokens sampled from the model (stopping after `eos`), all
+    prompts in one batch with the keys and values of what came before kept (one position a step).
+
+    Prompt i samples with its own generator, seeded `seeds[i]`: its continuation does not depend on
+    which prompts share its batch (up to the last bits of the logits). The prompts are left-padded.
+    On the CPU it runs on one thread: a step's products are a few rows wide, and with a second thread on
+    a busy machine the OpenMP spin-waits cost several times the work (bench/RESULTS.md)."""
+    import torch
+
+    from ..runtime import cache_argument, returned_cache
+
+    B, L = len(prompts), max(len(p) for p in prompts)
+    ids = torch.zeros((B, L), dtype=torch.long)
+    mask = torch.zeros((B, L), dtype=torch.long)
+    for b, p in enumerate(prompts):
+        ids[b, L - len(p):] = torch.tensor(p)
+        mask[b, L - len(p):] = 1
+    ids, mask = ids.to(m.device), mask.to(m.device)
+    positions = (mask.cumsum(1) - 1).clamp(min=0)
+    gens = [torch.Generator(device="cpu").manual_seed(s) for s in seeds]
+    seqs = [list(p) for p in prompts]
+    done = [n <= 0 for n in steps]
+    arg, cache = cache_argument(m.model.base_model), None
+    with torch.no_grad(), narrow_threads(m.device, 0):  # hidden 0: one thread on the CPU, whatever the width
+        for step in range(max(steps, default=0)):
+            out = m.model.base_model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                                     **({arg: cache} if cache is not None else {}))
+            cache = returned_cache(out)
+            probs = m.logits(out.last_hidden_state[:, -1]).float().softmax(-1).cpu()  # (B, n)
+            nxt = [int(torch.multinomial(probs[b], 1, generator=gens[b])) for b in range(B)]
+            for b, t in enumerate(nxt):
+                if not done[b]:
+                    seqs[b].append(t)
+                    done[b] = t == eos or step + 1 >= steps[b]
+            if all(done):
+                break
+            ids = torch.tensor(nxt, device=m.device)[:, None]
+            mask = torch.cat([mask, mask.new_ones((B, 1))], 1)
+            positions = positions[:, -1:] + 1
+    return seqs
 
 
 def old_text_windows(tok, prefix: list[int], length: int, held_length: int, max_tokens: int,
@@ -387,8 +495,10 @@ def _fit_loaded(m: _Model, src: Path, tok, tokens: list[FitToken], roles: set[st
     report: dict = {"method": "fitted", "roles": sorted(roles), **{k: getattr(opts, k) for k in bounds}}
     if opts.corpus is not None:
         text, sha = read_fit_corpus(opts.corpus)
-        windows = word_windows(text, tok, m.prefix, tokens, length, opts.contexts_per_word)
-        report["contexts"] = {"source": "corpus", "name": Path(opts.corpus).name, "sha256": sha}
+        windows, per = budget_windows(text, tok, m.prefix, tokens, length, opts.contexts_per_word,
+                                      opts.context_budget)
+        report["contexts"] = {"source": "corpus", "name": Path(opts.corpus).name, "sha256": sha,
+                              "per_word": per, "budget_positions": opts.context_budget}
     else:
         windows = generated_windows(m, tok, tokens, opts, say)
         report["contexts"] = {"source": "generated", "prompts_per_word": opts.prompts_per_word,
@@ -420,14 +530,16 @@ def _fit_loaded(m: _Model, src: Path, tok, tokens: list[FitToken], roles: set[st
         old_teacher = _teach(m, fit_old, opts.batch_size, say, "model on old text") if fit_old else _Teacher([], [], [])
         data = _output_data(windows + fit_old, _Teacher(teacher.h + old_teacher.h, teacher.logz + old_teacher.logz,
                                                         teacher.lp_next + old_teacher.lp_next), target)
-        data.weight = torch.cat([torch.ones(data.h.shape[0] - sum(len(w.old) for w in fit_old), dtype=torch.float64),
-                                 torch.full((sum(len(w.old) for w in fit_old),), opts.old_text_weight,
-                                            dtype=torch.float64)])
+        n_ctx = data.h.shape[0] - sum(len(w.old) for w in fit_old)
+        data.weight = torch.cat([torch.ones(n_ctx, dtype=torch.float64),
+                                 torch.full((data.h.shape[0] - n_ctx,), opts.old_text_weight, dtype=torch.float64)])
+        all_positions = int(data.h.shape[0])
+        data = sample_positions(data, n_ctx, max(MIN_SAMPLED, OUTPUT_PAIRS // max(1, k)), opts.seed)
         b_new = float(m.b.double().mean()) if m.b is not None else 0.0
         mean_rows = output_prior("mean", m.W, tokens)
         prior = output_prior(opts.output_start, m.W, tokens)
         l2 = opts.l2 if opts.l2 is not None else DEFAULT_L2
-        W, calls = fit_output_rows(data, prior, b_new, l2, opts.output_steps, say, m.device)
+        W, calls = fit_output_rows(data, prior, b_new, l2, opts.output_steps, say, m.device, OUTPUT_REL_CHANGE)
         bad = ~torch.isfinite(W).all(1)
         if bad.any():  # never write a non-finite row
             logger.warning("output fit: %d row(s) not finite; they keep the %s row", int(bad.sum()), opts.output_start)
@@ -453,7 +565,8 @@ def _fit_loaded(m: _Model, src: Path, tok, tokens: list[FitToken], roles: set[st
                                                                     if chats else "")
         report["output"] = {"start": opts.output_start, "target": target, "l2": l2,
                             "old_text_weight": opts.old_text_weight, "lbfgs_evaluations": calls,
-                            "positions": int(data.h.shape[0]), "word_positions": int(data.q.numel()),
+                            "positions": all_positions, "positions_fitted": int(data.h.shape[0]),
+                            "word_positions": int(data.q.numel()),
                             "seconds": round(time.perf_counter() - t1, 3),
                             "shrink": {"a": a, "limit_mean": limit_mean, "limit_p99": limit_p99},
                             "old_text_kl": {"text": text, **kl_figures(kl_held), "bound": bound,

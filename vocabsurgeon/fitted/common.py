@@ -50,6 +50,9 @@ class FitOptions:
     # Tokens per window around an occurrence (capped by the model's positions): as good as longer windows
     # at a fraction of the time; the forward pass over the contexts is most of a kept-tied fit (bench/RESULTS.md).
     context_tokens: int = 32
+    # Positions of all corpus windows, at most (None: no limit): beyond, fewer windows per word (at least one).
+    # The model's pass over the windows is most of a fit's time; at 100 words every word keeps contexts_per_word.
+    context_budget: int | None = 2**16
     input_steps: int | None = None  # Adam steps of the input distillation, at most (None: `passes` decide)
     # Passes over the windows, at most; a pass that gains < 1% on held-out windows stops it. None: on a
     # causal LM 6 through the first layers (fitted.DEPTH_PASSES), 3 through all of them (`depth` 1: a
@@ -170,16 +173,21 @@ def pad_batch(seqs: list[list[int]], pad: int, device):
     return ids.to(device), mask.to(device)
 
 
-def lbfgs(params: list, objective, steps: int, say: Steps, stage: str) -> int:
+def lbfgs(params: list, objective, steps: int, say: Steps, stage: str, rel_change: float = 0.0) -> int:
     """Minimize the convex `objective()` (a scalar tensor of `params`) by L-BFGS with a strong-Wolfe line
     search, at most `steps` iterations (0: none), reporting to `say` as `stage`. Returns the evaluations.
-    The new-logit fits (causal output rows, masked-LM head) both run through here."""
+    With `rel_change`, it stops once an iteration changes the objective by less than that share of
+    the objective at the start. The new-logit fits (causal output rows, masked-LM head) both run through here."""
     import torch
 
     calls = 0
     if steps > 0:
+        change = 1e-12
+        if rel_change > 0:
+            with torch.no_grad():
+                change = max(change, rel_change * abs(float(objective())))
         opt = torch.optim.LBFGS(params, lr=1.0, max_iter=steps, history_size=20, line_search_fn="strong_wolfe",
-                                tolerance_grad=1e-10, tolerance_change=1e-12)
+                                tolerance_grad=1e-10, tolerance_change=change)
 
         def closure():
             nonlocal calls
@@ -288,7 +296,8 @@ def adam_passes(start, scale: float, usable: list[int], batch_loss, steps: int |
     if not usable or steps == 0:
         return R.detach().double().cpu(), report
     held = usable[::8] if len(usable) >= 16 else []
-    train = [i for i in usable if i not in set(held)]
+    out = set(held)
+    train = [i for i in usable if i not in out]
     if lengths is not None:  # the held-out loss is a sum: evaluated in length order, it pads least
         held.sort(key=lambda i: lengths[i])
     per_pass = -(-len(train) // batch)

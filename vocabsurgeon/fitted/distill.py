@@ -76,8 +76,8 @@ def distill_input_rows(m, windows: list[Window], teacher, start, steps: int | No
                        "the input rows keep the sub-word mean", type(m.model).__name__)
         return start.double().cpu(), {"steps": 0, "passes": 0, "prefix_cache": False,
                                       "skipped": "the model reads inputs_embeds otherwise than its ids"}
-    cache = _checked_prefix_cache(m, windows, usable[:batch], first, batch, states, start, teacher.prefix_kv) \
-        if usable else None
+    cache = _checked_prefix_cache(m, windows, usable[:batch], first, batch, states, start, teacher.prefix_kv,
+                                  depth) if usable else None
     lengths = [len(p) - (first.get(i, 0) if cache is not None else 0) for i, p in enumerate(pieces)]
     rows, report = adam_passes(start, rms, usable, lambda part, R: batch_loss(part, R, cache), steps, batch, lr, seed,
                                say, passes, m.device, lengths)
@@ -105,7 +105,7 @@ def _reads_as_ids(states, probe: list[int], first: dict[int, int], target, start
 
 
 def _checked_prefix_cache(m, windows: list[Window], probe: list[int], first: dict[int, int], batch: int,
-                          states, start, kv: dict | None = None):
+                          states, start, kv: dict | None = None, depth: int | None = None):
     """The windows' prefixes run once (`kv`: their keys and values from the teacher pass, when it kept
     every one), or None when a cached pass over `probe` differs from the full one (or the model
     cannot take a cache): then distillation runs full windows."""
@@ -117,7 +117,7 @@ def _checked_prefix_cache(m, windows: list[Window], probe: list[int], first: dic
         cache = PrefixCache(m.model.base_model, {i: kv[i] for i in first if i in kv}) if kv else None
         if cache is None or cache.lengths != first:  # the teacher did not keep these prefixes: run them
             cache = PrefixCache.run(m.model.base_model, {i: windows[i].old[:s] for i, s in first.items()}, batch,
-                                    m.device)
+                                    m.device, depth)
         with torch.no_grad():
             R = start.float().to(m.device)
             cached, skip = states(probe, R, cache)

@@ -35,22 +35,25 @@ def _dynamic_cache(kv: list[tuple]):
     return DynamicCache.from_legacy_cache(tuple(kv))
 
 
-def window_prefixes(output, keep: dict[int, int], rows: list[int]) -> dict[int, list[tuple]]:
+def window_prefixes(output, keep: dict[int, int], rows: list[int], layers: int | None = None) -> dict[int, list[tuple]]:
     """{window: [(keys, values)] per layer of its first `keep[window]` positions} from the cache a
     forward over a right-padded batch returned (`output`); `rows[b]` is the window in row b. A
     causal model's real positions never read the padding, so a prefix's keys and values are the
-    ones a pass over that prefix alone gives.
+    ones a pass over that prefix alone gives. With `layers`, the first that many layers only: a
+    distillation that stops after them reads no other (a cache of every layer of thousands of
+    windows is gigabytes).
 
     Raises:
         ValueError: a layer's cache holds fewer positions than the pass ran (a sliding-window layer,
             as Gemma's, keeps only its last window): its first positions are not there to keep.
     """
-    layers = _layers(returned_cache(output))
+    kv = _layers(returned_cache(output))
     ran = output.last_hidden_state.shape[1]
-    if any(k.shape[2] != ran for k, _ in layers):
-        raise ValueError(f"the cache holds {min(k.shape[2] for k, _ in layers)} of the {ran} positions run "
+    if any(k.shape[2] != ran for k, _ in kv):
+        raise ValueError(f"the cache holds {min(k.shape[2] for k, _ in kv)} of the {ran} positions run "
                          "(a sliding-window layer keeps only its window)")
-    return {i: [(k[b, :, :keep[i]].clone(), v[b, :, :keep[i]].clone()) for k, v in layers]
+    kv = kv[:layers] if layers else kv
+    return {i: [(k[b, :, :keep[i]].clone(), v[b, :, :keep[i]].clone()) for k, v in kv]
             for b, i in enumerate(rows) if i in keep}
 
 
@@ -68,8 +71,10 @@ class PrefixCache:
         self.lengths = {i: (layers[0][0].shape[1] if layers else 0) for i, layers in kv.items()}
 
     @classmethod
-    def run(cls, base_model, prefixes: dict[int, list[int]], batch: int, device) -> "PrefixCache":
-        """The cache of `prefixes[i]` (old ids) for each window i, computed in batches of `batch`."""
+    def run(cls, base_model, prefixes: dict[int, list[int]], batch: int, device,
+            layers: int | None = None) -> "PrefixCache":
+        """The cache of `prefixes[i]` (old ids) for each window i, computed in batches of `batch`
+        (of the first `layers` layers only, when given: see `window_prefixes`)."""
         import torch
 
         keep = {i: len(p) for i, p in prefixes.items()}
@@ -80,7 +85,7 @@ class PrefixCache:
             ids, mask = pad_batch([prefixes[i] for i in part], 0, device)  # right-padded
             with torch.no_grad():
                 out = base_model(input_ids=ids, attention_mask=mask, use_cache=True)
-            kv.update(window_prefixes(out, keep, part))
+            kv.update(window_prefixes(out, keep, part, layers))
         return cls(base_model, kv)
 
     def hidden(self, part: list[int], embeds, mask):
