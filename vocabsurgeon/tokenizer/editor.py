@@ -805,7 +805,7 @@ class TokenizerEditor:
 
     def slow_model(self, plan: TokenizerPlan) -> tuple[str, bytes] | None:
         """The input's SentencePiece .model (tokenizer.model) with each new token appended as a piece at its id
-        (user-defined: matched whole, as the added token is; control for a special token), for a SentencePiece
+        (a merge: a normal piece; an added token: user-defined, matched whole; a special token: control), for a SentencePiece
         BPE tokenizer whose new ids follow the .model's last piece (sentencepiece_model says why it is kept).
         None where the file is absent or cannot hold the plan (reserved ids reused, another family, ids
         elsewhere): the output then leaves it out, as a file without the new tokens."""

@@ -3,9 +3,9 @@
 Why keep it rather than leave it out of the output: llama.cpp's converter (convert_hf_to_gguf.py) reads
 tokenizer.model first and takes each piece's score from it; without the file it falls back to
 tokenizer.json with one score (-1000) for every piece, and llama.cpp's SentencePiece tokenizer, which
-merges by score, then splits old text differently from transformers (Mistral 7B's files: 37 of 182
-texts alike against 182 of 182 for the input, bench/llamacpp_parity.py). SentencePiece itself reads the
-appended pieces, so its own users get the new tokens too.
+merges by score, then splits old text differently from transformers (docs/gguf.md,
+bench/llamacpp_parity.py). SentencePiece itself reads the appended pieces, so its own users get the
+new tokens too.
 
 Written by hand, not with the protobuf package (which the project does not depend on): a `.model` is
 a serialized ModelProto whose field 1 is the repeated SentencePiece message; protobuf parsers append the

@@ -4,7 +4,7 @@ library trains it, and transformers 5's re-save of Llama 2 (byte fallback, split
 from __future__ import annotations
 
 from .base import Entry, Family, Skip
-from .shared import has_node, model_pair
+from .shared import has_node, model_pair, model_pieces
 
 
 def _metaspace_always(node) -> bool:
@@ -29,9 +29,6 @@ class MetaspaceBPE(Family):
         return (data.get("model") or {}).get("type") == "BPE" and (
             _metaspace_always(data.get("pre_tokenizer")) or has_node(data.get("decoder"), "Metaspace"))
 
-    def _pieces(self, form: str) -> list[str]:
-        return [t.value for t in self.ed.tok.model.tokenize(form.replace(" ", "▁"))]
-
     def merge_pair(self, form: str) -> tuple[str, str] | None:
         """The two pieces BPE splits the form's piece into ("Frodo" inside "▁(Frodo"), if two."""
         return model_pair(self.ed, form.replace(" ", "▁"))
@@ -43,7 +40,7 @@ class MetaspaceBPE(Family):
             if self.ed.has(piece):
                 continue
             if self.merge_pair(form) is None:
-                pieces = self._pieces(form)
+                pieces = model_pieces(self.ed, piece)
                 raise Skip(f"this SentencePiece BPE (Metaspace with prepend_scheme 'always') takes a new word only as "
                            f"one merge of two existing pieces, and {piece!r} is {len(pieces)} pieces {pieces}; "
                            "added tokens would decode with a space before the punctuation after them")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from .base import Entry, Family, Skip
-from .shared import has_node, model_pair, split_risks, splitting_note
+from .shared import has_node, model_pair, model_pieces, split_risks, splitting_note
 
 logger = logging.getLogger(__name__)
 
@@ -113,10 +113,13 @@ class SentencePieceBPE(Family):
 
     Meta's own layout (Llama 2, Mistral, CodeLlama: a Prepend("▁") + Replace(" ", "▁") normalizer and
     no pre-tokenizer) normalizes each stretch of text between raw-matched added tokens on its own, so
-    a raw "Frodo" would get a "▁" after it ("(Frodo )"). There the word is one added token matched on
-    normalized text: its content "Frodo" normalizes to "▁Frodo", the word at a sentence start or after
-    a space; after "(" or a quote the word keeps its old pieces (reported per word, not skipped). Its
-    tokenizer_class (LlamaTokenizer, legacy) would be rebuilt on load with Metaspace "always", which
+    a raw "Frodo" would get a "▁" after it ("(Frodo )"). There a word whose normalized form "▁Frodo" is
+    two existing pieces is one merge, appended last (transformers, SentencePiece and llama.cpp read it
+    alike; the class keeps it); any other word is one added token matched on normalized text, whose
+    content is that normalized form where the normalizer leaves it as it is (else "Frodo", which Prepend
+    makes "▁Frodo"): the word at a sentence start or after a space; after "(" or a quote the word keeps
+    its old pieces (reported per word, not skipped). With an added token, its tokenizer_class
+    (LlamaTokenizer, legacy) would be rebuilt on load with Metaspace "always", which
     prepends a "▁" after every added token: the output names PreTrainedTokenizerFast, which loads
     tokenizer.json as written (old text tokenizes the same: the plan checks it). The class cannot be kept
     there: LlamaTokenizer takes only vocab, merges and added tokens from the files, and with legacy true a
@@ -152,8 +155,8 @@ class SentencePieceBPE(Family):
             if self.merge_pair(w) is not None:
                 return [Entry(w, norm, "merge")]
             if self.ed.gguf_parity:
-                pieces = [t.value for t in self.ed.tok.model.tokenize(norm)]
-                raise Skip(f"--gguf-parity: {norm!r} is {len(pieces)} pieces, so it can only be an added token, which "
+                raise Skip(f"--gguf-parity: {norm!r} is {len(model_pieces(self.ed, norm))} pieces, so it can only be "
+                           "an added token, which "
                            "llama.cpp reads otherwise (it matches an added token in raw text and puts a '▁' after it); "
                            "a word of two pieces is a merge that both read alike")
             piece = "▁" + w if self.ed.normalize("▁" + w) == norm else w

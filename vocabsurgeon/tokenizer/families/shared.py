@@ -60,10 +60,14 @@ def normalization(ed, w: str, claimed: dict[str, str], existing_is_there: bool) 
     return key, None
 
 
+def model_pieces(ed, piece: str) -> list[str]:
+    """The pieces the BPE model alone (no normalizer, no pre-tokenizer) splits `piece` into."""
+    return [t.value for t in ed.tok.model.tokenize(piece)]
+
+
 def model_pair(ed, piece: str) -> tuple[str, str] | None:
-    """The two existing pieces the BPE model alone (no normalizer, no pre-tokenizer) splits `piece` into, if
-    two: the pair one merge appended last joins into `piece`."""
-    pieces = [t.value for t in ed.tok.model.tokenize(piece)]
+    """The two existing pieces of `model_pieces`, if two: the pair one merge appended last joins into `piece`."""
+    pieces = model_pieces(ed, piece)
     if len(pieces) != 2 or any(p in ed.added or p not in ed.vocab for p in pieces):
         return None
     return pieces[0], pieces[1]
