@@ -34,7 +34,8 @@ from vocabsurgeon import read_tokens_file
 from vocabsurgeon.runtime import context_length, corpus_windows, encode, load_tokenizer, loaded_model
 from vocabsurgeon.validation.measure import NewIds, _bits, usability_texts
 
-# label -> (add options, oracle roles trained afterwards)
+# label -> (add options, oracle roles trained afterwards[, the text they are trained on: "scored" (default), the
+# held-out paragraphs that are scored, or "fit", the fit corpus's paragraphs that use the words])
 RUNS = {
     "mean": ({"init": "mean"}, ()),
     "subword-mean": ({"init": "subword-mean"}, ()),
@@ -47,7 +48,10 @@ RUNS = {
     "oracle, output rows": ({"init": "mean", "untie": True}, ("output",)),
     "fitted --untie, then oracle input rows": ({"init": "fitted", "untie": True, "fit-corpus": "fit"}, ("input",)),
     "fitted --untie, then oracle output rows": ({"init": "fitted", "untie": True, "fit-corpus": "fit"}, ("output",)),
+    "trained on the fit corpus": ({"init": "mean", "untie": True}, ("input", "output"), "fit"),
+    "trained on the fit corpus, output rows": ({"init": "mean", "untie": True}, ("output",), "fit"),
 }
+FIT_CORPUS_TOKENS = 16384  # positions of the fit corpus the "trained on the fit corpus" runs train on, at most
 
 
 def markers(model: str) -> tuple[str, str]:
@@ -71,7 +75,7 @@ def add_command(src: Path, out: Path, tokens: Path, options: dict, fit: Path) ->
 
 
 def run(label: str, src: Path, tokens: Path, fit: Path, held: str, scratch: Path, args, old_bits: dict) -> dict:
-    options, roles = RUNS[label]
+    options, roles, *on = RUNS[label]
     name = f"quick-{args.model}-{tokens.stem}-" + "".join(c for c in label if c.isalnum())  # one per run
     out = scratch / name
     shutil.rmtree(out, ignore_errors=True)
@@ -91,7 +95,11 @@ def run(label: str, src: Path, tokens: Path, fit: Path, held: str, scratch: Path
         cache.write_text(json.dumps({**(json.loads(cache.read_text()) if cache.exists() else {}), **old_bits}))
     trained = None
     if roles:
-        _, seqs, start = bits(out, new_tok, usable, new)
+        if on == ["fit"]:  # what the fit corpus alone teaches rows trained on it, scored on the held-out text
+            taught = usability_texts(fit.read_text(encoding="utf-8"), new_tok, new, FIT_CORPUS_TOKENS)
+        else:
+            taught = usable
+        _, seqs, start = bits(out, new_tok, taught, new)
         n_old = summary.get("n_old") or len(old_tok)
         trained = oracle.train_rows(out, n_old, seqs, start, set(roles), args.oracle_passes, args.oracle_lr)
     new_bits = bits(out, new_tok, usable, new)[0]

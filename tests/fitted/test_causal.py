@@ -29,6 +29,7 @@ from vocabsurgeon.fitted.causal import (
     _OutputData,
     _kl_new,
     budget_windows,
+    prompts_per_token,
     find_runs,
     fit_output_rows,
     sample_continuations,
@@ -229,6 +230,24 @@ def test_generated_contexts_when_no_corpus():
     c = r.report["contexts"]
     assert c["source"] == "generated" and c["windows"] == 4 and c["occurrences"] >= 4  # each prompt holds its word
     assert r.input_rows is None and r.output_rows.shape == (2, 64)
+
+
+def test_generated_contexts_keep_to_the_budget():
+    """Without a corpus, many words get fewer prompts each (at least one), as corpus windows do: sampling
+    is most of such a fit's time, and it grows with the words times the prompts per word."""
+    assert prompts_per_token(FitOptions(prompts_per_word=4, context_budget=None), 2000, 32) == 4
+    assert prompts_per_token(FitOptions(prompts_per_word=4), 100, 32) == 4  # 12,800 positions fit 65,536
+    assert prompts_per_token(FitOptions(prompts_per_word=4), 1000, 32) == 2
+    assert prompts_per_token(FitOptions(prompts_per_word=4), 5000, 32) == 1  # never none
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(FIXTURES / "gpt2-tiny")
+    tokens = [FitToken(f, tuple(tok(f, add_special_tokens=False).input_ids)) for f in ("Gandalf", " Gandalf")]
+    r = fit_rows(FIXTURES / "gpt2-tiny", tokens, {"output"},
+                 FitOptions(output_steps=5, prompts_per_word=4, generated_tokens=8, context_tokens=16,
+                            context_budget=2 * 2 * 16, seed=0))
+    c = r.report["contexts"]
+    assert c["prompts_per_word"] == 2 and c["windows"] == 4 and c["budget_positions"] == 64
 
 
 def test_fit_corpus_that_is_not_utf8_is_refused(tmp_path):
