@@ -403,8 +403,10 @@ def sample_continuations(m: _Model, prompts: list[list[int]], steps: list[int], 
 
     Prompt i samples with its own generator, seeded `seeds[i]`: its continuation does not depend on
     which prompts share its batch (up to the last bits of the logits). The prompts are left-padded.
-    On the CPU it runs on one thread: a step's products are a few rows wide, and with a second thread on
-    a busy machine the OpenMP spin-waits cost several times the work (bench/RESULTS.md)."""
+    On the CPU a model narrower than SMALL_HIDDEN runs on one thread (`narrow_threads`); a wider one keeps
+    torch's threads: 128 prompts x 28 tokens of SmolLM2-135M took 19.7 s on 2 idle cores with two threads
+    and 28.4 s with one. On a busy machine set OMP_NUM_THREADS=1: there a second thread's OpenMP
+    spin-waits cost several times the work (bench/RESULTS.md)."""
     import torch
 
     from ..runtime import cache_argument, returned_cache
@@ -421,7 +423,7 @@ def sample_continuations(m: _Model, prompts: list[list[int]], steps: list[int], 
     seqs = [list(p) for p in prompts]
     done = [n <= 0 for n in steps]
     arg, cache = cache_argument(m.model.base_model), None
-    with torch.no_grad(), narrow_threads(m.device, 0):  # hidden 0: one thread on the CPU, whatever the width
+    with torch.no_grad(), narrow_threads(m.device, m.E.shape[1]):
         for step in range(max(steps, default=0)):
             out = m.model.base_model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
                                      **({arg: cache} if cache is not None else {}))
