@@ -101,10 +101,13 @@ def budget_windows(text: str, tok, prefix: list[int], tokens: list[FitToken], le
         out = _windows_of(paras, found, prefix, tokens, length, per)
         if budget is None or sum(len(w.old) for w in out) <= budget or per == 1:
             break
-    if per < per_token:
-        logger.info("%d windows per new token (of %d): the windows of %d tokens fit %d positions",
-                    per, per_token, len(tokens), budget)
+    _say_fewer("windows", per, per_token, len(tokens), budget)
     return out, per
+
+
+def _say_fewer(what: str, per: int, most: int, k: int, budget: int | None) -> None:
+    if per < most:
+        logger.info("%d %s per new token (of %d): the windows of %d tokens fit %d positions", per, what, most, k, budget)
 
 
 def _windows_of(paras: list[list[int]], found: list[list[Run]], prefix: list[int], tokens: list[FitToken],
@@ -361,14 +364,12 @@ def fit_output_rows(data: _OutputData, prior, b_new: float, l2: float, steps: in
 
 def prompts_per_token(opts: FitOptions, k: int, limit: int) -> int:
     """Prompts each new token is written in: `opts.prompts_per_word`, fewer (at least one) where k tokens'
-    windows of `limit` positions would pass `opts.context_budget`. Sampling costs a model step per position
-    (about 0.36 s a prompt for SmolLM2-135M on one core), the most of a fit without a corpus."""
+    windows of `limit` positions would pass `opts.context_budget`. Sampling costs a model step per position,
+    the most of a fit without a corpus (bench/RESULTS.md)."""
     per = opts.prompts_per_word
     if opts.context_budget is not None and k:
         per = max(1, min(per, opts.context_budget // (k * limit)))
-        if per < opts.prompts_per_word:
-            logger.info("%d prompts per new token (of %d): the windows of %d tokens fit %d positions",
-                        per, opts.prompts_per_word, k, opts.context_budget)
+        _say_fewer("prompts", per, opts.prompts_per_word, k, opts.context_budget)
     return per
 
 
@@ -404,9 +405,8 @@ def sample_continuations(m: _Model, prompts: list[list[int]], steps: list[int], 
     Prompt i samples with its own generator, seeded `seeds[i]`: its continuation does not depend on
     which prompts share its batch (up to the last bits of the logits). The prompts are left-padded.
     On the CPU a model narrower than SMALL_HIDDEN runs on one thread (`narrow_threads`); a wider one keeps
-    torch's threads: 128 prompts x 28 tokens of SmolLM2-135M took 19.7 s on 2 idle cores with two threads
-    and 28.4 s with one. On a busy machine set OMP_NUM_THREADS=1: there a second thread's OpenMP
-    spin-waits cost several times the work (bench/RESULTS.md)."""
+    torch's threads, faster on idle cores. On a busy machine set OMP_NUM_THREADS=1: there a second
+    thread's OpenMP spin-waits cost several times the work (both measured in bench/RESULTS.md)."""
     import torch
 
     from ..runtime import cache_argument, returned_cache
