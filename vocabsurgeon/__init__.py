@@ -6,7 +6,8 @@ Example:
 """
 
 from ._version import __version__
-from .errors import InputError, OutputExistsError, PushError, ValidationFailed, VocabSurgeonError, WriteError
+from .errors import (InputError, OutputExistsError, PushError, UnsupportedVersion, ValidationFailed, VocabSurgeonError,
+                     WriteError)
 from .checkpoint.hub import PushResult, push, resolve_checkpoint
 from .add.modelcard import model_card, write_model_card
 from .init import STRATEGIES
@@ -35,7 +36,8 @@ def __getattr__(name: str):
 __all__ = [
     "__version__", "add_tokens", "plan_add", "plan_tokens", "open_target", "apply", "AddJob", "AddOptions",
     "AddResult", "Plan", "read_tokens_file", "STRATEGIES", "kl_bound", "VocabSurgeonError", "InputError",
-    "OutputExistsError", "ValidationFailed", "PushError", "WriteError", "push", "PushResult", "resolve_checkpoint",
+    "OutputExistsError", "UnsupportedVersion", "ValidationFailed", "PushError", "WriteError", "push", "PushResult",
+    "resolve_checkpoint",
     "model_card", "write_model_card", "suggest_tokens", "Suggestion", "add_validate_push", "finish_add",
     "ValidationOptions", "PushOptions", "trim_vocabulary", "plan_trim", "TrimOptions", "TrimPlan", "TrimResult",
     *_LAZY,

@@ -45,6 +45,12 @@ class WriteError(VocabSurgeonError):
     exit_code = 5
 
 
+class UnsupportedVersion(VocabSurgeonError):
+    """An installed library (transformers, tokenizers, ...) is older than vocabsurgeon supports (`_compat.MINIMUM`)."""
+
+    exit_code = 2
+
+
 class Interrupted(VocabSurgeonError):
     """Ctrl-C (or SIGTERM) after the output was written: the message says what is done and what is not."""
 
@@ -63,7 +69,7 @@ EXIT_INTERRUPTED = Interrupted.exit_code
 EXIT_CODES = {
     EXIT_OK: "success",
     EXIT_INTERNAL: "unexpected internal error (a bug: please report it with VOCABSURGEON_DEBUG=1 output)",
-    EXIT_BAD_INPUT: "bad input: checkpoint, tokens file, options or output directory",
+    EXIT_BAD_INPUT: "bad input: checkpoint, tokens file, options or output directory; or a library older than supported",
     EXIT_VALIDATION: "validation failed (the output is kept for inspection)",
     EXIT_PUSH: "push to the Hugging Face Hub failed",
     EXIT_WRITE: "writing the output failed (disk full, file too large, I/O or permission error); nothing was published",

@@ -17,9 +17,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures"))
 import llamacpp  # noqa: E402
 
 
+@pytest.fixture
+def converter():
+    """llama.cpp's converter, or a skip with the reason where its sdist cannot be downloaded (no network)."""
+    return llamacpp.fetch_or_skip()
+
+
+def test_without_a_network_the_converter_tests_skip_with_the_reason(monkeypatch, tmp_path):
+    monkeypatch.setattr(llamacpp, "CACHE", tmp_path / "llamacpp")  # nothing cached
+    monkeypatch.delenv("LLAMACPP_SDIST", raising=False)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # pip finds no index and no local wheel: as without a network
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
+    with pytest.raises(pytest.skip.Exception, match=r"^llama-cpp-python==0\.3\.36: pip cannot download the sdist \(.+\); "
+                       r"the llama\.cpp converter tests need it once"):
+        llamacpp.fetch_or_skip()
+    assert not (tmp_path / "llamacpp").exists()
+
+
+def test_a_sdist_that_is_not_the_pinned_one_still_fails(monkeypatch, tmp_path):
+    monkeypatch.setattr(llamacpp, "CACHE", tmp_path / "llamacpp")
+    (tmp_path / "other.tar.gz").write_bytes(b"not the sdist")
+    monkeypatch.setenv("LLAMACPP_SDIST", str(tmp_path / "other.tar.gz"))
+    with pytest.raises(RuntimeError, match="not the pinned"):
+        llamacpp.fetch_or_skip()
+
+
 @pytest.mark.slow  # the converter imports torch and transformers in its own process: ~40 s each on 2 loaded cores
 @pytest.mark.parametrize("family", ["sp-bpe-meta"])
-def test_llama_cpps_converter_converts_the_output_with_each_new_token_at_its_id(family, tmp_path):
+def test_llama_cpps_converter_converts_the_output_with_each_new_token_at_its_id(family, converter, tmp_path):
     src, out = tiny_checkpoint(tmp_path / "src", family_tokenizer(family)), tmp_path / "out"
     r = CliRunner().invoke(cli, ["add", "--json", "-q", "--no-validate", "-t", "Frodo", "-t", "Gandalf", str(src), str(out)])
     assert r.exit_code == 0, r.output
@@ -32,7 +57,7 @@ def test_llama_cpps_converter_converts_the_output_with_each_new_token_at_its_id(
 
 
 @pytest.mark.slow  # as above
-def test_the_converter_reads_the_kept_tokenizer_model_with_its_scores_and_the_new_pieces(tmp_path):
+def test_the_converter_reads_the_kept_tokenizer_model_with_its_scores_and_the_new_pieces(converter, tmp_path):
     # Mistral 7B's files as published: the converter reads tokenizer.model first. The output keeps it with the
     # new tokens appended, so llama.cpp gets every old piece's score (without the file: -1000 for all, and its
     # score-ranked SentencePiece tokenizer splits old text otherwise), a merge word as a normal piece ranked

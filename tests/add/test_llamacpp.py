@@ -27,6 +27,12 @@ else:
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.skipif(llama_cpp is None, reason=WHY)]
 
+
+@pytest.fixture(autouse=True)
+def converter():
+    """llama.cpp's converter, or a skip with the reason where its sdist cannot be downloaded (no network)."""
+    return llamacpp.fetch_or_skip()
+
 # Names, accented names (the bare form garbled as an added token), jargon whose bare form BPE splits in two
 # ("Kubernetes", "pathlib") or which is one token after a space already, and a word of another script.
 WORDS = ["Frodo", "Gandalf", "Müller", "Éowyn", "Lothlórien", "Björk", "José", "Zoë", "Kubernetes", "pathlib",

@@ -24,6 +24,7 @@ else:
 def test_one_family_is_measured_and_its_block_written_keeping_the_rest(tmp_path):
     from bench import llamacpp_parity
 
+    llamacpp_parity.llamacpp.fetch_or_skip()  # the converter, cached for the bench's process; no network: a skip
     results = tmp_path / "RESULTS.md"
     results.write_text(f"# Results\n\nprose\n\n{llamacpp_parity.BEGIN}\nold\n{llamacpp_parity.END}\n\n## Later\nkept\n")
     proc = subprocess.run([sys.executable, "-m", "bench.llamacpp_parity", "--families", "gpt2", "--words", "Frodo", "Éowyn",

@@ -86,6 +86,15 @@ def independent_kl(base: Path, new: Path, max_tokens: int) -> np.ndarray:
     return kl_old_new(lo, ln).numpy()
 
 
+def agreement(report: dict) -> float:
+    """The relative tolerance of `report`'s KL figures against an independent float32 computation on the CPU:
+    a few units of the resolution of the dtype validation ran in, on the same device (the same kernels sum in
+    the same order: below 1e-6 in float32), more on another one, whose kernels sum in another order (2e-6 on
+    an H100 in float32)."""
+    eps = torch.finfo(getattr(torch, report["dtype"])).eps
+    return (8 if str(report["device"]).startswith("cpu") else 64) * eps
+
+
 @pytest.mark.parametrize("which", ["gpt2", "llama"])
 def test_add_mean_init_passes_and_kl_agrees_with_independent_computation(which, gpt2_ckpt, llama_ckpt, tmp_path):
     src = {"gpt2": gpt2_ckpt, "llama": llama_ckpt}[which]
@@ -103,9 +112,10 @@ def test_add_mean_init_passes_and_kl_agrees_with_independent_computation(which, 
 
     kl = independent_kl(src, out, 60)
     assert report["kl"]["positions"] == kl.size == 61
-    assert report["kl"]["mean"] == pytest.approx(kl.mean(), rel=1e-6, abs=1e-12)
-    assert report["kl"]["max"] == pytest.approx(kl.max(), rel=1e-6, abs=1e-12)
-    assert report["kl"]["p99"] == pytest.approx(np.quantile(kl, 0.99), rel=1e-6, abs=1e-12)
+    rel = agreement(report)
+    assert report["kl"]["mean"] == pytest.approx(kl.mean(), rel=rel, abs=1e-12)
+    assert report["kl"]["max"] == pytest.approx(kl.max(), rel=rel, abs=1e-12)
+    assert report["kl"]["p99"] == pytest.approx(np.quantile(kl, 0.99), rel=rel, abs=1e-12)
     assert report["kl"]["max"] <= report["kl"]["bound"] * (1 + 1e-9)
     assert report["kl"]["within_bound"] is True
     assert report["old_logits"]["unchanged"] is True and report["old_logits"]["max_abs_diff"] == 0.0
@@ -422,7 +432,8 @@ def test_chat_figures_agree_with_an_independent_computation(chat_ckpt, tmp_path)
     kl = np.concatenate(kl)
     c = report["kl_chat"]
     assert c["positions"] == kl.size
-    assert c["mean"] == pytest.approx(kl.mean(), rel=1e-6) and c["max"] == pytest.approx(kl.max(), rel=1e-6)
+    rel = agreement(report)
+    assert c["mean"] == pytest.approx(kl.mean(), rel=rel) and c["max"] == pytest.approx(kl.max(), rel=rel)
     assert c["max"] <= c["bound"] * (1 + 1e-9) and c["within_bound"] is True
 
 

@@ -14,6 +14,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .._compat import check_versions
 from .._version import __version__
 from .reader import PICKLE_SUFFIXES, Checkpoint
 from .filenames import (
@@ -93,10 +94,14 @@ def resolve_checkpoint(src: str | os.PathLike, revision: str | None = None, toke
     A local path always wins over a repo id of the same spelling. A path that does not exist and is
     not shaped like `org/name` is returned as is, so that reading it fails with the usual message.
 
+    Raises:
+        UnsupportedVersion: transformers, tokenizers, huggingface-hub or safetensors is older than supported.
+
     Example:
         >>> resolve_checkpoint("fixtures/gpt2-tiny").path
         PosixPath('fixtures/gpt2-tiny')
     """
+    check_versions()  # every library call that reads a checkpoint comes here first
     path = Path(src)
     if not is_repo_id(src):
         if revision is not None and path.exists():

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from .._compat import check_versions
 from .._version import __version__
 from ..errors import EXIT_INTERNAL, EXIT_INTERRUPTED, Interrupted, VocabSurgeonError
 from ..explore.compare import DEFAULT_K
@@ -83,6 +84,7 @@ def cli(ctx, quiet, verbose):
     ctx.ensure_object(dict)
     ctx.obj.update(quiet=quiet, verbose=verbose)
     setup_logging(quiet, verbose)
+    check_versions()  # before anything runs: an older transformers or tokenizers would write something different
     signal.signal(signal.SIGTERM, _sigterm)
 
 
