@@ -10,6 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vocabsurgeon import init
 from vocabsurgeon.errors import InputError
 from vocabsurgeon.kl import kl_bound
 from vocabsurgeon.init import (
@@ -224,12 +225,59 @@ def test_mean_rows_obey_the_kl_bound_for_any_hidden_state(n, k, d, seed, scale):
     assert kl_bound(k, n) == pytest.approx(math.log(1 + k / n))
 
 
-def test_cuda_code_path_runs_on_cpu_via_precision():
-    # The CUDA branch multiplies in float64; the same arithmetic is exercised here on the CPU.
-    x = rng(8).standard_normal((5000, 64)) * 0.02 + 0.01
+def _far_rows(n=6000, d=48, offset=30.0, seed=3):
+    """float32 rows far from 0 (offset), whose first 300 (bytes, specials: first in a vocabulary) sit apart
+    from the rest: the shape that cancels when products are taken around the first rows' mean."""
+    r = rng(seed)
+    x = r.standard_normal((n, d)) * 0.02 + offset
+    x[:300] += 0.5 * r.standard_normal(d)
+    return x.astype(np.float32)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("precision,tol", [("float32", 5e-6), ("float64", 1e-8)])
+@pytest.mark.parametrize("block_rows", [1000, 10_000])  # blocks that split chunks; one block for all rows
+def test_covariance_of_rows_far_from_zero_matches_float64(monkeypatch, backend, precision, tol, block_rows):
+    # Products around the first chunk's mean lost ~5e-5 of the largest entry here (in either precision): the
+    # offset between the first rows and the rest cancelled. Centred per block on float64 means: ~5e-7 / 1e-10.
+    x = _far_rows()
+    monkeypatch.setattr(init, "COV_BLOCK_BYTES", block_rows * x.shape[1] * 4)
+    if backend == "torch":  # the CUDA code path, on the CPU's torch
+        monkeypatch.setattr(init, "_is_cuda", lambda device: True)
+    s = accumulate_stats(chunks(x, 256), cov=True, precision=precision, device="cpu")
+    ref = np.cov(x.astype(np.float64).T, bias=True)
+    assert s.n == len(x)
+    assert np.abs(s.cov - ref).max() <= tol * np.abs(ref).max()
+    np.testing.assert_array_equal(s.cov, s.cov.T)
+
+
+@settings(max_examples=20, deadline=None)
+@given(n=st.integers(2, 300), d=st.integers(1, 6), chunk=st.integers(1, 40), block=st.integers(1, 50),
+       seed=st.integers(0, 10**6), offset=st.floats(-1e3, 1e3), f32=st.booleans())
+def test_block_wise_covariance_matches_the_full_computation(n, d, chunk, block, seed, offset, f32):
+    x = rng(seed).standard_normal((n, d)) * 3 + offset
+    x = x.astype(np.float32) if f32 else x
+    ref = np.cov(x.astype(np.float64).T, bias=True).reshape(d, d)
+    old, init.COV_BLOCK_BYTES = init.COV_BLOCK_BYTES, block * d * x.itemsize
+    try:
+        for precision, tol in (("float32", 1e-5), ("float64", 1e-10)):
+            s = accumulate_stats(chunks(x, chunk), cov=True, precision=precision)
+            np.testing.assert_allclose(s.cov, ref, rtol=tol, atol=tol * np.abs(ref).max() + 1e-300)
+    finally:
+        init.COV_BLOCK_BYTES = old
+
+
+def test_cuda_code_path_runs_on_cpu():
+    # The CUDA branch (torch tensors on the device) run on the CPU's torch gives what the NumPy branch gives.
+    x = (rng(8).standard_normal((5000, 64)) * 0.02 + 0.01).astype(np.float32)
     a = accumulate_stats(chunks(x, 700), cov=True, precision="float32")
-    b = accumulate_stats(chunks(x, 700), cov=True, precision="float64")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(init, "_is_cuda", lambda device: True)
+        b = accumulate_stats(chunks(x, 700), cov=True, device="cpu")  # float64 products, as on CUDA
+        c = accumulate_stats(chunks(x, 700), cov=True, device="cpu", precision="float32")
+    np.testing.assert_array_equal(a.mean, b.mean)
     np.testing.assert_allclose(a.cov, b.cov, rtol=1e-5, atol=1e-5 * np.abs(b.cov).max())
+    np.testing.assert_allclose(c.cov, b.cov, rtol=1e-5, atol=1e-5 * np.abs(b.cov).max())
 
 
 @pytest.mark.gpu
