@@ -11,7 +11,7 @@ import json
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import InputError, Interrupted, PushError, ValidationFailed
@@ -130,6 +130,7 @@ def validate_output(result, options: ValidationOptions, progress=None) -> Report
     ids = [t.id for t in result.plan.tokens.new]
     report = validate_checkpoint(result.plan.src, out, options.corpus, new_token_ids=ids, progress=progress,
                                  base_checkpoint=result.plan.ckpt, base_tokenizer=result.plan.editor.as_loaded(),
+                                 resplit_reported=set(result.plan.tokens.resplits),
                                  **options.kwargs())
     report.init = result.plan.to_dict()["init"]
     record(out, result.to_dict(), report, plot=options.plot)
@@ -276,6 +277,8 @@ def add_validate_push(src: str | os.PathLike, out: str | os.PathLike, tokens: li
     options = (options or AddOptions()).check()
     if validation is not None:
         validation.check()
+        if validation.corpus is not None and options.check_corpus is None:  # the plan checks the corpus validation reads
+            options = replace(options, check_corpus=str(validation.corpus))
     if push is not None:
         push.check()
     progress = progress or SILENT

@@ -66,6 +66,9 @@ class AddOptions:
     fit_l2: float | None = None  # L2 prior weight of the output fit (None: the default for the start row)
     fit_prior: str | None = None  # output rows' prior (fitted.common.OUTPUT_STARTS); None: the sub-word mean
     fit_kl_limit: float | None = None  # held-out old-text KL mean the output rows are shrunk to; None: log(1 + k/n)
+    # The validation corpus (None: the packaged one): the plan checks its words that hold a new word, as
+    # validation does (set by `add`'s pipeline and CLI from the validation options; not a flag of its own)
+    check_corpus: str | None = None
 
     def check(self) -> AddOptions:
         """The checks that need no checkpoint, each option and across options (before any download).
@@ -121,6 +124,7 @@ class Plan:
     rewrite: list[str]  # shard files that hold vocabulary tensors
     copy: list[str]  # shard files copied untouched
     dropped: list[str] = field(default_factory=list)  # stale slow-tokenizer files left out
+    architectures: list[str] | None = None  # written into config.json, which lacks them (`_architectures`)
 
     src = property(lambda self: self.target.src)
     ckpt = property(lambda self: self.target.ckpt)
@@ -185,6 +189,8 @@ class Plan:
                       for t in self.tokens.new],
             "skipped": self.tokens.skipped,
             "contexts_not_one_token": self.tokens.contexts,
+            "longer_words_resplit": self.tokens.resplits,
+            "longer_words_checked": self.tokens.checked_holders,
             "tokenizer_notes": self.tokens.notes,
             # None where every new row reuses an old one: log(1 + k/n) covers appended rows only
             "kl_bound": kl_bound(self.k, self.rows_before) if self.k else None,
@@ -292,7 +298,8 @@ def plan_tokens(target: Target, tokens: list[str]) -> Plan:
     # are taken first (their values replaced), rows are appended only past them. --reuse-reserved hands
     # out every unused row and the reserved placeholders first, then appends.
     reuse = editor.reusable_ids(layout.rows) if options.reuse_reserved else None
-    tplan = editor.plan(tokens, special=options.special, first_id=layout.rows if reuse else size, reuse=reuse)
+    tplan = editor.plan(tokens, special=options.special, first_id=layout.rows if reuse else size, reuse=reuse,
+                        corpus=_check_texts(options))
     if options.strict and tplan.skipped:
         first = tplan.skipped[0]
         raise InputError(f"--strict: {len(tplan.skipped)} token(s) would be skipped, e.g. {first['token']!r}: "
@@ -323,7 +330,34 @@ def plan_tokens(target: Target, tokens: list[str]) -> Plan:
         rows_after = math.ceil(rows_after / m) * m
     rewrite = target.vocab_files if tplan.new else []
     copy = [f for f in ckpt.shards if f not in rewrite]
-    return Plan(target, editor, tplan, layout.rows, rows_after, rewrite, copy, dropped)
+    architectures = _architectures(target) if tplan.new else None
+    if architectures:
+        tplan.notes.append(f"config.json has no 'architectures': written as {architectures} (the model class transformers "
+                           "has for its model type), which llama.cpp's converter needs to detect the model")
+    return Plan(target, editor, tplan, layout.rows, rows_after, rewrite, copy, dropped, architectures)
+
+
+def _architectures(target: Target) -> list[str] | None:
+    """The `architectures` of the output's config.json where the input's has none and the model's class is
+    known (transformers' class for its model type, as validation loads it): llama.cpp's converter picks its
+    model by them and refuses a config without ("Failed to detect model architecture")."""
+    if target.ckpt.config.get("architectures") or target.layout.architecture == "unknown":
+        return None
+    from ..runtime import model_kind
+
+    cls = model_kind(target.ckpt.path).class_name
+    return [cls] if cls else None
+
+
+def _check_texts(options: AddOptions) -> list[str]:
+    """The corpora whose words that hold a new word the plan checks (issue 39): the validation corpus and
+    the fit corpus, as validation and the fit read them."""
+    from ..runtime import read_corpus
+
+    texts = [read_corpus(options.check_corpus)[0]]
+    if options.fit_corpus is not None:
+        texts.append(read_corpus(options.fit_corpus)[0])
+    return texts
 
 
 def padding_multiple(rows: int, tokens: int) -> int | None:

@@ -460,6 +460,8 @@ def _write_metadata_files(plan: Plan, stage: Path, grown: dict[str, GrownTensor]
         config["tie_word_embeddings"] = False
         if isinstance(config.get("text_config"), dict) and "tie_word_embeddings" in config["text_config"]:
             config["text_config"]["tie_word_embeddings"] = False
+    if plan.architectures:  # the input has none (the plan's note says so)
+        config["architectures"] = plan.architectures
     write_json(stage / CONFIG_NAME, config)
     if plan.tokens.new:
         plan.editor.write(plan.tokens, stage)

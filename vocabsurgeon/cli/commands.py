@@ -7,6 +7,7 @@ VOCABSURGEON_DEBUG=1 to see tracebacks.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import traceback
@@ -192,6 +193,8 @@ def add_command(ctx, src, out, tokens_file, inline, dry_run, as_json, no_validat
     flags["fsync"] = not flags.pop("no_fsync")
     options = AddOptions(**take_fields(AddOptions, flags)).check()
     validation_opts = validation_options_of(flags, seed=options.seed, device=options.device)
+    if validation_opts.corpus is not None:  # the plan checks the words of the corpus that validation reads
+        options = dataclasses.replace(options, check_corpus=validation_opts.corpus)
     if no_validate and validation_opts.plot:
         raise InputError("--plot draws the validation's KL histogram; drop --no-validate or --plot")
     check_plot_dir(validation_opts.plot, created=out)

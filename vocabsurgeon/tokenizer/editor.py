@@ -17,13 +17,14 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from . import contexts
+from . import contexts, resplit
 from ..checkpoint.reader import read_json
 from ..errors import InputError, VocabSurgeonError
 from .chats import chat_samples
 from .encoding import encode_batch, encode_ids, unpadded
 from . import sentencepiece_model
 from .families import SUPPORTED_FAMILIES, SentencePieceBPE, Skip, detect_family, family_of
+from .families.pieces import BYTE_PIECE, byte_level
 from .families.sentencepiece_bpe import PIPELINE, as_meta_layout, as_transformers_builds
 from ..checkpoint.filenames import CHAT_TEMPLATE_FILES, CONFIG_NAME, SLOW_TOKENIZER_FILES, TOKENIZER_CONFIG, TOKENIZER_FILE
 from ..checkpoint.writer import write_json
@@ -86,11 +87,17 @@ class TokenizerPlan:
     file_only_contexts: dict[str, list[str]] = field(default_factory=dict)
     # The input's SentencePiece .model with the new pieces appended (`TokenizerEditor.slow_model`): file name, bytes
     slow_model: tuple[str, bytes] | None = field(default=None, repr=False, compare=False)
+    # Kept words whose entries re-split longer words that hold them (resplit.py: every old vocabulary entry and
+    # corpus word that has the word inside it, tokenized before and after): word -> up to resplit.EXAMPLES
+    # {"text", "before", "after"}. Added tokens and --special tokens are matched anywhere in raw text, by
+    # every runtime; a merge inside a longer word where no entry that only the whole word reaches is allowed.
+    resplits: dict[str, list[dict]] = field(default_factory=dict)
+    checked_holders: int = 0  # old texts (vocabulary entries, corpus words) that hold a new word, checked
 
     def to_dict(self) -> dict:
         """The plan as plain data (the --json view)."""
         return {"family": self.family, "new": [asdict(t) for t in self.new], "skipped": self.skipped,
-                "notes": self.notes, "contexts_not_one_token": self.contexts}
+                "notes": self.notes, "contexts_not_one_token": self.contexts, "longer_words_resplit": self.resplits}
 
 
 # What a tokenizer class may set for itself (LlamaTokenizer pads on the left) that a tokenizer loaded as
@@ -310,15 +317,36 @@ class TokenizerEditor:
         reserved.update({i: c for c, i in self.vocab.items() if RESERVED_TOKEN.fullmatch(c) and c not in self.added})
         return unused + sorted((i, c) for i, c in reserved.items() if i < rows)
 
+    def holders(self, words: list[str], corpus: resplit.Holders | None = None) -> dict[str, list[str]]:
+        """Old texts that hold each word inside a longer word (a letter or digit next to it): the vocabulary's
+        entries (searched in their own spelling, decoded where found) and `corpus`'s words."""
+        if not hasattr(self, "_piece_index"):  # built once per editor: the pieces joined, searched in Rust
+            self._piece_index = resplit.Holders(p for p in self.vocab if p not in self.added and not BYTE_PIECE.fullmatch(p))
+        spell = byte_level if self.family_name == "byte-level-bpe" else (lambda w: self.normalize(w).strip(" ▁"))
+        spelled: dict[str, list[str]] = {}
+        for w in words:
+            for s in {spell(w), w}:
+                spelled.setdefault(s, []).append(w)
+        out: dict[str, list[str]] = {}
+        for s, pieces in self._piece_index.holding(spelled).items():
+            for w in spelled[s]:
+                out.setdefault(w, []).extend(self.text_of(p) for p in pieces)
+        if corpus is not None:
+            for w, texts in corpus.holding(words).items():
+                out.setdefault(w, []).extend(texts)
+        return {w: held for w, ts in out.items() if (held := [t for t in dict.fromkeys(ts) if resplit.inside(t, w)])}
+
     def plan(self, words: list[str], *, special: bool = False, first_id: int | None = None,
-             reuse: list[tuple[int, str | None]] | None = None, chat: list[str] | None = None) -> TokenizerPlan:
+             reuse: list[tuple[int, str | None]] | None = None, chat: list[str] | None = None,
+             corpus: list[str] | None = None) -> TokenizerPlan:
         """Decide the new entries and their ids: first from `reuse` (see `reusable_ids`), then
         from `first_id` (default `size`) on.
 
         The edited tokenizer is built in memory and every word is checked in every context
         (`_failures`); a word that fails is skipped with its reason and the rest planned again,
         so that a dry run says exactly what the real run does. `chat`: old texts that must keep
-        their ids (default: the rendered chat template, `chat_samples`).
+        their ids (default: the rendered chat template, `chat_samples`). `corpus`: texts (the validation
+        and fit corpora) whose words that hold a new word are checked with the vocabulary's (`holders`).
 
         Raises:
             InputError: new ids inside the tokenizer, or an unsupported tokenizer family.
@@ -328,10 +356,19 @@ class TokenizerEditor:
             raise InputError(f"new ids must start at or after {self.size}, the tokenizer's size; got {start}")
         new, skipped, notes = self._draft(words, special)
         chat = chat_samples(self.dir, self.config, self.as_loaded) if chat is None else chat
+        self._corpus = resplit.Holders(resplit.corpus_words(corpus)) if corpus else None
         failed: dict[str, str] = {}
         while True:
             plan = self._numbered(new, skipped, notes, start, reuse)
             failures, plan.contexts, plan.file_only_contexts = self._failures(plan, chat)
+            redraft = [w for w in words if w in self._redraft and w not in failures]
+            if redraft:  # merges that re-split a longer word, drafted again as entries only the whole word reaches
+                again, more_skipped, _ = self._draft(redraft, special)
+                new = [t for t in new if t.text not in self._redraft] + again
+                skipped = skipped + more_skipped
+                order = {w: i for i, w in enumerate(words)}
+                new.sort(key=lambda t: order.get(t.text, len(order)))
+                continue
             if not failures:
                 break
             failed.update(failures)
@@ -341,6 +378,15 @@ class TokenizerEditor:
         if failed:
             w = next(iter(failed))
             note = f"{len(failed)} token(s) skipped after checking the edited tokenizer (e.g. {w!r}): {failed[w]}"
+            plan.notes.append(note)
+            logger.warning("%s", note)
+        if plan.resplits:
+            w, seen = next(iter(plan.resplits.items()))
+            ex = seen[0]
+            note = (f"{len(plan.resplits)} kept token(s) re-split longer words that hold them (e.g. {w!r}: {ex['text']!r} "
+                    f"{ex['before']} -> {ex['after']}): added tokens are matched anywhere in raw text by every runtime, "
+                    "and this tokenizer allows no entry that only the whole word reaches (each word's longer words: "
+                    "longer_words_resplit in --json)")
             plan.notes.append(note)
             logger.warning("%s", note)
         if plan.contexts:
@@ -418,11 +464,13 @@ class TokenizerEditor:
             fail, the pre-tokenizer joins "(" or '"' to the word, so no entry can be produced there
             without changing old text (Llama 3's "(striped"), and the word keeps its old pieces there.
         """
+        self._redraft: set[str] = set()
         if not plan.new:
             return {}, {}, {}
         tok = unpadded(Tokenizer.from_str(json.dumps(self.edited(plan))))
         failures: dict[str, str] = {}
         owner = {t.id: t.text for t in plan.new}
+        self._check_resplits(plan, tok)
         if chat:
             for text, want, got in zip(chat, encode_ids(self.tok, chat), encode_ids(tok, chat)):
                 if got == want:
@@ -503,6 +551,22 @@ class TokenizerEditor:
             file_only = {}
         return (failures, {w: [texts[j] for j in js] for w, js in soft.items() if w not in failures and js},
                 {w: ts for w, ts in file_only.items() if w not in failures and ts})
+
+    def _check_resplits(self, plan: TokenizerPlan, tok: Tokenizer) -> None:
+        """Tokenize every old text that holds a new word inside a longer word (`holders`) with the original and
+        the edited tokenizer `tok`: a merge that changes one is drafted again as an entry that only the whole
+        word reaches where the family allows one (`self._redraft`); any other change is reported per word
+        (`plan.resplits`)."""
+        by_id = {t.id: t for t in plan.new}
+        held = self.holders(list(dict.fromkeys(t.text for t in plan.new)), self._corpus)
+        plan.checked_holders = sum(map(len, held.values()))
+        changes = resplit.changed(self.tok, tok, held, {i: t.text for i, t in by_id.items()})
+        for w, seen in changes.items():
+            merges = [t for t in plan.new if t.text == w and t.mechanism == "merge"]
+            if merges and self.family is not None and all([self.family.without_merge(t.form) for t in merges]):
+                self._redraft.add(w)
+            else:
+                plan.resplits[w] = seen
 
     def splits_numbers(self) -> bool:
         """Whether the pre-tokenizer cuts numbers into single digits or groups (Llama 3: up to three,

@@ -270,6 +270,11 @@ class TokenizationCheck(Check):
     # word -> the texts of contexts.CONTEXTS (beyond a sentence start and after a space) where it is not one
     # token: reported, as the plan reports them (brackets and quotes joined to the word by the pre-tokenizer)
     contexts_not_one_token: dict[str, list[str]] = field(default_factory=dict)
+    # corpus words that hold a new word inside them ("REQUEST" and "REQ"), checked; those whose ids changed
+    # without the plan reporting it (longer_words_resplit), with up to 5 {"text", "before", "after"}
+    longer_words_checked: int = 0
+    longer_words_changed: int = 0
+    longer_words_examples: list[dict] = field(default_factory=list)
     passed: bool = True
 
     def failures(self) -> list[str]:
@@ -285,6 +290,9 @@ class TokenizationCheck(Check):
                 if self.chat_new_tokens else ""
             out.append(f"{self.chat_ids_changed} of {self.chat_samples} chat-template conversations tokenize "
                        f"differently{held}; chat prompts change for every user (remove those words from the tokens)")
+        if self.longer_words_changed:
+            out.append(f"{self.longer_words_changed} corpus word(s) that hold a new word inside them tokenize "
+                       f"differently and the plan did not report it, e.g. {self.longer_words_examples[0]['text']!r}")
         return out
 
     def summary(self) -> list[str]:
@@ -295,9 +303,11 @@ class TokenizationCheck(Check):
             w, texts = next(iter(self.contexts_not_one_token.items()))
             elsewhere = (f"; {len(self.contexts_not_one_token)} keep their old pieces in some contexts "
                          f"(e.g. {texts[0]!r})")
+        longer = (f", {self.longer_words_changed}/{self.longer_words_checked} longer words holding a new word "
+                  "changed unreported" if self.longer_words_checked else "")
         return [f"tokenization: {self.one_token_words}/{self.new_words} new words one token, "
                 f"{self.old_text_ids_changed} old paragraphs changed, {self.round_trip_failures} round-trip failures"
-                + chat + elsewhere]
+                + chat + longer + elsewhere]
 
     def card_rows(self) -> list[str]:
         rows = [

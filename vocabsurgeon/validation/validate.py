@@ -47,7 +47,7 @@ from ..runtime import (
     model_kind,
     read_corpus,
 )
-from ..tokenizer import contexts
+from ..tokenizer import contexts, resplit
 from ..tokenizer.chats import render_chats
 
 logger = logging.getLogger(__name__)
@@ -156,14 +156,40 @@ def chat_texts(new_tok, new: NewIds, generation_prompt: bool = False) -> list[Ch
             for text, msgs in render_chats(new_tok, generation_prompt)]
 
 
+def longer_words(old_tok, new_tok, paragraphs: list[str], words: dict[str, set[int]],
+                 reported: set[str] | None = None) -> tuple[int, list[dict]]:
+    """The corpus's words that hold a new word inside a longer word (resplit.inside: "REQUEST" holds "REQ"),
+    each tokenized alone and after a space before and after: (how many were checked, the changes not
+    reported). `words`: new word -> its new ids. A change is reported where the new word it holds is in
+    `reported` (the plan's longer_words_resplit), or, without a plan, where it is an added token (matched
+    anywhere in raw text: the plan reports those per word)."""
+    held = resplit.Holders(resplit.corpus_words(paragraphs)).holding(words)
+    held = {w: [t for t in ts if resplit.inside(t, w)] for w, ts in held.items()}
+    texts = list(dict.fromkeys(v for ts in held.values() for t in ts for v in resplit.variants(t)))
+    if reported is None:
+        added = getattr(new_tok, "added_tokens_decoder", None) or {}
+        reported = {w for w, ids in words.items() if ids & set(added)}
+    owner = {i: w for w, ids in words.items() for i in ids}
+    unreported = []
+    for text in texts:
+        a, b = encode(old_tok, text), encode(new_tok, text)
+        if a == b:
+            continue
+        culprits = {owner[i] for i in b if i in owner}
+        if not culprits or culprits - reported:
+            unreported.append({"text": text, "before": a, "after": b})
+    return sum(map(len, held.values())), unreported
+
+
 def tokenization_check(old_tok, new_tok, text: str, new: NewIds, new_ids: list[int],
-                       chats: list[ChatText] = ()) -> TokenizationCheck:
+                       chats: list[ChatText] = (), reported: set[str] | None = None) -> TokenizationCheck:
     """Invariants of the edited tokenizer, on the corpus, on chat-template text and on each new token.
 
     Paragraphs without new tokens must keep their ids; every new word must be one token, at a
     sentence start and after a space; every paragraph must decode as under the original tokenizer;
     a rendered conversation whose messages use no new word must keep its ids (a template word that
-    became a new token, e.g. `assistant`, changes every chat prompt).
+    became a new token, e.g. `assistant`, changes every chat prompt); a corpus word that holds a new word
+    inside it ("REQUEST" and "REQ") must keep its ids unless the plan reported it (`longer_words`).
     """
     paragraphs = corpus_paragraphs(text)
     changed, round_trip, with_new = [], [], 0
@@ -209,6 +235,8 @@ def tokenization_check(old_tok, new_tok, text: str, new: NewIds, new_ids: list[i
                 ids_of[w].add(ids[0])
     # every context of the table (contexts.CONTEXTS): one token in the core ones, or a failure; elsewhere a
     # word that keeps its old pieces is reported (contexts_not_one_token), as the plan reports it
+    own = set(new_ids)
+    checked, resplits = longer_words(old_tok, new_tok, paragraphs, {w: ids_of[w] & own for w in words}, reported)
     cases = contexts.cases(list(words), special_words)
     encoded = [encode(new_tok, c.text) for c in cases]
     not_one, seen = [], set()
@@ -224,7 +252,8 @@ def tokenization_check(old_tok, new_tok, text: str, new: NewIds, new_ids: list[i
         new_words=len(words), one_token_words=len(words) - len(not_one), not_one_token=not_one[:20],
         round_trip_failures=len(round_trip), chat_samples=len(chats), chat_ids_changed=chat_changed,
         chat_new_tokens=chat_new[:20], contexts_not_one_token=elsewhere,
-        passed=not changed and not not_one and not round_trip and not chat_changed,
+        longer_words_checked=checked, longer_words_changed=len(resplits), longer_words_examples=resplits[:5],
+        passed=not changed and not not_one and not round_trip and not chat_changed and not resplits,
     )
 
 
@@ -380,6 +409,7 @@ def validate_checkpoint(
     token: str | None = None,
     base_checkpoint: Checkpoint | None = None,
     base_tokenizer=None,
+    resplit_reported: set[str] | None = None,
 ) -> Report:
     """Compare the expanded checkpoint `new` with its original `base`; returns the report.
 
@@ -403,6 +433,8 @@ def validate_checkpoint(
         token: the Hub token (None: HF_TOKEN or the stored login).
         base_checkpoint, base_tokenizer: `base` already opened, and its tokenizer as AutoTokenizer loads it
             (`add`'s plan has both), so neither is read again.
+        resplit_reported: the new words the plan reported as re-splitting longer words (its
+            longer_words_resplit); None: every added token's word (matched anywhere in raw text).
 
     Returns:
         A `report.Report` (it reads as the dict of its JSON too): `passed`, `failures` (why not, in
@@ -458,7 +490,7 @@ def validate_checkpoint(
     new_ids = NewIds(n, reused)
     chats = chat_texts(new_tok, new_ids)
     prompts = [c for c in chat_texts(new_tok, new_ids, generation_prompt=True) if not c.uses_new_words]
-    tokenization = tokenization_check(old_tok, new_tok, text, new_ids, new_token_ids, chats)
+    tokenization = tokenization_check(old_tok, new_tok, text, new_ids, new_token_ids, chats, resplit_reported)
     inp = Inputs(
         corpus_ids=encode(old_tok, text), chat_old=[encode(old_tok, c.text) for c in chats],
         prompts_old=[encode(old_tok, c.text) for c in prompts], prompts_new=[encode(new_tok, c.text) for c in prompts],

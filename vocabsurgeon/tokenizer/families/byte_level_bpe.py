@@ -201,6 +201,7 @@ class ByteLevelBPE(Family):
         self.risks: dict[str, str] = {}
         self.inside_old: set[str] = set()  # garbled forms whose characters an existing token holds
         self.not_for_gguf: set[str] = set()  # words with a form left out by --gguf-parity (only ignore_merges reaches it)
+        self.no_merge: set[str] = set()  # forms whose merge re-splits a longer word (`without_merge`)
 
     # --- what this family knows about its tokenizer
 
@@ -304,20 +305,27 @@ class ByteLevelBPE(Family):
         out = []
         for form in (w, " " + w):
             garbled = self.garbled(form)
-            whole = (garbled or form in self.risks) and self.whole(form)
-            # A form gets an entry (merge or vocab) only where it is a whole pre-token. A merge at the
-            # lowest priority applies only where BPE would otherwise stop at the form's two pieces: only
-            # where the text has the form (inside "returned" too, as an added token would), never inside
-            # " return" (one token already). An entry that only ignore_merges reaches applies to the whole
-            # pre-token alone, but llama.cpp mostly splits it: it is the last resort (the class docstring).
-            if whole and self.merge_pair(form):
+            whole = self.whole(form)
+            # A form gets an entry (merge or vocab) wherever it is a whole pre-token, never an added token
+            # there: an added token is matched anywhere in raw text, by every runtime, so it would re-split each
+            # longer word that holds the form ("REQ" in "REQUEST", "unread" in "unreadable"; issue 39).
+            # - A merge at the lowest priority applies only where BPE, after every old merge, leaves the form's
+            #   two pieces side by side: in the form itself, and inside a longer pre-token only where that
+            #   pre-token's old pieces hold the pair ("returned" as "ret" "urn" "ed"). Every runtime reads it
+            #   alike; the plan checks it on the vocabulary and the corpora (`no_merge` after a change).
+            # - An entry that only ignore_merges reaches applies to the whole pre-token alone: no longer word ever
+            #   changes. transformers reaches it; llama.cpp only for the pre-tokenizer types where it applies
+            #   ignore_merges (llama-bpe), and elsewhere splits the word into its old pieces (a note says so).
+            # - An added token only where neither fits (a form the pre-tokenizer splits, or ignore_merges not
+            #   allowed): reported per word with the longer words it re-splits (TokenizerPlan.resplits).
+            if whole and form not in self.no_merge and self.merge_pair(form):
                 out.append(Entry(form, byte_level(form), "merge"))
-            elif whole and garbled and self.repairable(form) and not (form == w and self.splits_word_start(w)):
-                out.append(Entry(form, form, "added"))
             elif whole and self.entries_allowed() and self.ed.gguf_parity:
                 self.not_for_gguf.add(w)  # its other form may still be written: this one keeps its old pieces
             elif whole and self.entries_allowed():
                 out.append(Entry(form, byte_level(form), "vocab"))
+            elif whole and garbled and self.repairable(form) and not (form == w and self.splits_word_start(w)):
+                out.append(Entry(form, form, "added"))
             elif whole and garbled:
                 out.append(Entry(form, byte_level(form), "vocab"))
             elif garbled:
@@ -327,6 +335,14 @@ class ByteLevelBPE(Family):
             else:
                 out.append(Entry(form, form, "added"))
         return out
+
+    def without_merge(self, form: str) -> bool:
+        """After the plan found that the merge for `form` re-splits a longer word: make it an entry that only
+        ignore_merges reaches, where one is allowed (True: draft the word again), else keep the merge (False)."""
+        if form in self.no_merge or not self.entries_allowed() or self.ed.gguf_parity:
+            return False
+        self.no_merge.add(form)
+        return True
 
     def repairable(self, form: str) -> bool:
         """Whether an added token for the garbled `form` can decode as written: the output is loaded as

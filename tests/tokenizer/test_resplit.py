@@ -1,0 +1,96 @@
+"""A new word never re-splits a longer word that merely holds it (issue 39): after adding REQ, unread, BAD,
+stdin, subclasses and return, "REQUEST", "unreadable", "BADGE", "stdinout", "subclassesOf" and "returned"
+keep the ids they had, in tokenizers alone and in transformers, or the plan reports each word that changes
+them (longer_words_resplit), where the family's entries cannot keep them (docs/families.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from tokenizers import Tokenizer
+from transformers import AutoTokenizer
+
+from builders import family_checkpoint
+from vocabsurgeon.cli.commands import cli
+from vocabsurgeon.tokenizer import resplit
+from vocabsurgeon.tokenizer.editor import TokenizerEditor
+
+WORDS = ["REQ", "unread", "BAD", "stdin", "subclasses", "return", "Handler"]
+HOLDERS = ["REQUEST", "unreadable", "BADGE", "stdinout", "subclassesOf", "returned", "Handlerless", "REQUESTS"]
+# The words as words: one token there (a sentence start, after a space, before punctuation).
+AS_WORDS = ["REQ", " REQ", " unread.", " BAD,", " stdin", " subclasses", "stdin"]
+CORPUS = "The REQUEST was unreadable, said the BADGE; stdinout returned subclassesOf a Handlerless REQUESTS list."
+# Byte-level BPE where ignore_merges is allowed (GPT-2's and Llama 3's files): every longer word keeps its ids.
+KEEPS = {"gpt2", "llama3"}
+
+
+def _add(src: Path, out: Path, *args: str) -> dict:
+    corpus = out.parent / "corpus.txt"
+    corpus.write_text(CORPUS, encoding="utf-8")
+    r = CliRunner().invoke(cli, ["add", "--json", "-q", "--no-validate", "--corpus", str(corpus),
+                                 *[a for w in WORDS for a in ("-t", w)], *args, str(src), str(out)])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def _texts() -> list[str]:
+    return [v for h in HOLDERS for v in (h, " " + h, f"A {h}.", f"({h})")]
+
+
+def _check(src: Path, out: Path, summary: dict, keeps: bool) -> None:
+    texts = _texts()
+    old_fast = Tokenizer.from_file(str(src / "tokenizer.json")) if (src / "tokenizer.json").is_file() else None
+    new_fast = Tokenizer.from_file(str(out / "tokenizer.json"))
+    old_hf, new_hf = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(out)
+    reported = summary["longer_words_resplit"]
+    for text in texts:
+        before = old_hf(text, add_special_tokens=False)["input_ids"]
+        after = new_hf(text, add_special_tokens=False)["input_ids"]
+        fast_same = old_fast is None or old_fast.encode(text, add_special_tokens=False).ids == \
+            new_fast.encode(text, add_special_tokens=False).ids
+        if keeps:
+            assert after == before and fast_same, (text, new_hf.convert_ids_to_tokens(after))
+        elif after != before or not fast_same:  # the plan names a new word it holds
+            assert any(resplit.inside(text, w) for w in reported), (text, new_hf.convert_ids_to_tokens(after), reported)
+    if keeps:
+        assert reported == {}
+        added = {a["form"]: a["id"] for a in summary["added"]}
+        for text in AS_WORDS:  # one token: a new one, or one that was there already
+            form = text.rstrip(".,")
+            ids = new_hf(form, add_special_tokens=False)["input_ids"]
+            assert len(ids) == 1 and (ids[0] in added.values() or ids == old_hf(form, add_special_tokens=False)["input_ids"])
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama3", "qwen3", "llama2", "gemma2", "minilm"])
+def test_a_word_that_holds_a_new_word_keeps_its_ids_or_the_plan_reports_it(name, published, tmp_path):
+    src = published(name)
+    summary = _add(src, tmp_path / "out")
+    _check(src, tmp_path / "out", summary, name in KEEPS)
+
+
+@pytest.mark.parametrize("family", ["unigram", "wordpiece"])
+def test_every_family_keeps_or_reports_longer_words(family, tmp_path):
+    src = family_checkpoint(tmp_path / "src", family)
+    summary = _add(src, tmp_path / "out")
+    _check(src, tmp_path / "out", summary, False)
+
+
+def test_a_merge_that_re_splits_a_longer_word_becomes_an_entry_only_the_whole_word_reaches(published):
+    """GPT-2 splits " softmax" in two ("Ġsoft" "max"), so a merge appended last would make it, and would also
+    join " softmaxed" ("Ġsoft" "max" "ed") into " softmax" "ed": the plan finds that in the corpus and
+    writes " softmax" as an entry that ignore_merges alone reaches."""
+    ed = TokenizerEditor(published("gpt2"))
+    assert [t.mechanism for t in TokenizerEditor(published("gpt2")).plan(["softmax"]).new] == ["merge", "merge"]
+    plan = ed.plan(["softmax"], corpus=["the softmaxed logits"])
+    assert {t.form: t.mechanism for t in plan.new} == {"softmax": "vocab", " softmax": "vocab"}
+    assert plan.resplits == {} and plan.checked_holders > 0
+
+
+def test_holders_are_found_in_the_vocabulary_and_the_corpus_and_only_inside_longer_words(published):
+    ed = TokenizerEditor(published("gpt2"))
+    held = ed.holders(["REQ", "return"], resplit.Holders(resplit.corpus_words(["REQ. REQ_ID INET6 REQUEST"])))
+    assert held["REQ"] == ["REQUEST"]  # not "REQ." nor "REQ_ID": there it is a word
+    assert " returned" in held["return"] and all(resplit.inside(t, "return") for t in held["return"])

@@ -1,0 +1,128 @@
+"""Longer words that a new word would re-split: every old text that holds a new word as a proper part (each
+vocabulary entry, decoded, and each word of the corpora), tokenized before and after the edit (issue 39).
+
+A new word must leave every word that merely contains it ("REQUEST" holding "REQ", "unreadable" holding
+"unread", "returned" holding "return") with its old pieces. Which entries can promise that differs per
+family (docs/families.md); this module finds the texts to check and the ones that changed.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+import unicodedata
+from collections.abc import Iterable
+
+from tokenizers import AddedToken, Tokenizer
+from tokenizers.models import WordLevel
+
+from .encoding import encode_ids
+
+SEP = "\x00"  # between the texts searched; never part of a word
+EXAMPLES = 3  # changed texts kept per word (for the report)
+# The words of a corpus: runs of letters, digits and combining marks ("AF_INET6" is "AF" and "INET6").
+WORD = re.compile(r"[^\W_]+")
+
+
+def _kind(c: str) -> str:
+    """"L" for a letter or combining mark, "N" for a digit, "" otherwise."""
+    if not c:
+        return ""
+    cat = unicodedata.category(c)
+    return "L" if cat[0] in "LM" else "N" if cat[0] == "N" else ""
+
+
+def inside(text: str, word: str) -> bool:
+    """Whether `word` occurs in `text` inside a longer word: the character right before or after it continues
+    it, a letter next to its letter or a digit next to its digit ("REQ" in "REQUEST", "unread" in
+    "unreadable"). Not where it occurs as a word: next to a space, punctuation or "_", or where letters meet
+    digits ("REQ" in "REQ.", "REQ_ID" and "REQ2", "INET" in "INET6"), which byte-level pre-tokenizers split
+    there too."""
+    word = word.strip()
+    if not word:
+        return False
+    first, last = _kind(word[0]), _kind(word[-1])
+    i = text.find(word)
+    while i >= 0:
+        before, after = _kind(text[i - 1:i]), _kind(text[i + len(word):i + len(word) + 1])
+        if (before and before == first) or (after and after == last):
+            return True
+        i = text.find(word, i + 1)
+    return False
+
+
+class Holders:
+    """Old texts indexed for finding those that hold a word as a proper part.
+
+    The texts are joined into one string and searched once for all words with tokenizers' added-token
+    matcher (Aho-Corasick, in Rust): a Python scan of a 128k vocabulary per word takes seconds for 1,000
+    words, this takes milliseconds. The matcher reports leftmost-longest matches, so a word inside a longer
+    new word's match in the same text is not found there; the text is still checked (for the longer one),
+    and a change is put down to the new ids it holds (`changed`)."""
+
+    def __init__(self, texts: Iterable[str]):
+        self.texts = list(dict.fromkeys(t for t in texts if t and SEP not in t))
+        self.starts: list[int] = []
+        at = 0
+        for t in self.texts:
+            self.starts.append(at)
+            at += len(t) + 1
+        self.joined = SEP.join(self.texts)
+
+    def holding(self, words: Iterable[str]) -> dict[str, list[str]]:
+        """Each word of `words` that some text holds as a proper part, with those texts (in index order)."""
+        words = [w for w in dict.fromkeys(words) if w.strip() and SEP not in w]
+        if not words or not self.texts:
+            return {}
+        matcher = Tokenizer(WordLevel({SEP: 0}, unk_token=SEP))
+        matcher.add_tokens([AddedToken(w, normalized=False) for w in words])
+        enc = matcher.encode(self.joined, add_special_tokens=False)
+        found: dict[str, list[str]] = {}
+        for i, (s, _) in zip(enc.ids, enc.offsets):
+            if i == 0:
+                continue
+            j = bisect.bisect_right(self.starts, s) - 1
+            text, w = self.texts[j], words[i - 1]
+            if text.strip() != w.strip():
+                found.setdefault(w, []).append(text)
+        return {w: list(dict.fromkeys(ts)) for w, ts in found.items()}
+
+
+def variants(text: str) -> tuple[str, ...]:
+    """A holder as the texts it stands for: the word alone and after a space ("returned", " returned"),
+    whichever way its entry is spelled."""
+    bare = text.lstrip(" ")
+    return (bare, " " + bare) if bare else ()
+
+
+def vocabulary_texts(tok: Tokenizer) -> list[str]:
+    """Every model entry of `tok` decoded alone (one call into Rust), without added tokens."""
+    added = set(tok.get_added_tokens_decoder())
+    ids = [i for i in range(tok.get_vocab_size(with_added_tokens=False)) if i not in added]
+    return tok.decode_batch([[i] for i in ids], skip_special_tokens=False)
+
+
+def corpus_words(texts: Iterable[str]) -> list[str]:
+    """The words of `texts` (runs of `WORD`), each once."""
+    return list(dict.fromkeys(w for t in texts for w in WORD.findall(t)))
+
+
+def changed(old: Tokenizer, new: Tokenizer, holders: dict[str, list[str]], owner: dict[int, str]) -> dict[str, list[dict]]:
+    """The texts of `holders` (word -> texts that hold it) that `new` tokenizes otherwise than `old`, by the
+    new word(s) whose ids (`owner`: id -> word) the new ids hold: word -> up to EXAMPLES
+    {"text", "before", "after"} (pieces)."""
+    texts = list(dict.fromkeys(v for ts in holders.values() for t in ts for v in variants(t)))
+    if not texts:
+        return {}
+    out: dict[str, list[dict]] = {}
+    for text, a, b in zip(texts, encode_ids(old, texts), encode_ids(new, texts)):
+        if a == b:
+            continue
+        culprits = [owner[i] for i in dict.fromkeys(b) if i in owner] or [w for w, ts in holders.items()
+                                                                            if any(text.strip() == t.strip() for t in ts)]
+        for w in dict.fromkeys(culprits):
+            seen = out.setdefault(w, [])
+            if len(seen) < EXAMPLES:
+                seen.append({"text": text, "before": [old.id_to_token(i) for i in a],
+                             "after": [new.id_to_token(i) for i in b]})
+    return out
