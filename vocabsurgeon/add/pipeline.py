@@ -130,7 +130,7 @@ def validate_output(result, options: ValidationOptions, progress=None) -> Report
     ids = [t.id for t in result.plan.tokens.new]
     report = validate_checkpoint(result.plan.src, out, options.corpus, new_token_ids=ids, progress=progress,
                                  base_checkpoint=result.plan.ckpt, base_tokenizer=result.plan.editor.as_loaded(),
-                                 **options.kwargs())
+                                 new_pieces=getattr(result.plan, "new_pieces", False), **options.kwargs())
     report.init = result.plan.to_dict()["init"]
     record(out, result.to_dict(), report, plot=options.plot)
     if not report.passed:
