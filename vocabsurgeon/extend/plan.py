@@ -24,7 +24,7 @@ from ..errors import InputError, VocabSurgeonError
 from ..tokenizer.chats import chat_samples
 from ..tokenizer.editor import NewToken, TokenizerEditor, TokenizerPlan
 from ..tokenizer.encoding import encode_ids, unpadded
-from ..tokenizer.families import ByteLevelBPE, SentencePieceBPE
+from ..tokenizer.families import ByteLevelBPE, MetaspaceBPE, SentencePieceBPE
 from .learn import BYTE_PIECE, Learned, count_words, learn_merges, words_of
 
 logger = logging.getLogger(__name__)
@@ -189,7 +189,7 @@ def plan_extend(target: Target, options: ExtendOptions, progress=None) -> Extend
             f"{ckpt.path / TOKENIZER_FILE}: the tokenizer has ids up to {editor.size - 1}, but '{layout.embedding}' "
             f"has only {layout.rows} rows; tokenizer and weights disagree, refusing to guess")
     family = editor.family_name
-    if family not in (ByteLevelBPE.name, SentencePieceBPE.name):
+    if family not in (ByteLevelBPE.name, SentencePieceBPE.name, MetaspaceBPE.name):
         kind = editor.model.get("type") or family
         why = _WHY_NOT.get(kind, f"only BPE tokenizers (byte-level or SentencePiece) can be extended; this one is "
                                  f"{family}")
