@@ -16,12 +16,14 @@ from vocabsurgeon.add.plan import AddOptions, open_target
 from vocabsurgeon.checkpoint.reader import Checkpoint
 from vocabsurgeon.cli.commands import cli
 from vocabsurgeon.errors import InputError
-from vocabsurgeon.extend.learn import count_words
+from vocabsurgeon.corpus import MAX_ITEM_CHARS, Reader
+from vocabsurgeon.extend.learn import count_words, words_of
 from vocabsurgeon.extend.pipeline import run_extend
 from vocabsurgeon.extend.plan import PACKAGED_CORPUS, ExtendOptions, paragraphs, plan_extend
 from vocabsurgeon.tokenizer.encoding import encode_ids
 from vocabsurgeon.trim.tokenizer import merge_parts
 
+REPO = Path(__file__).resolve().parents[2]
 CORPUS = Path(__file__).parent / "new_language.txt"  # Russian and Japanese prose, written for these tests
 OLD = paragraphs(PACKAGED_CORPUS)  # English prose, dialogue, numbers and code
 TEXTS = paragraphs(CORPUS) + OLD + ["  two  spaces\n\n\tTabbed\r\n", "naïve Zoë 😀🎉", "Москва 日本語のテキスト"]
@@ -32,8 +34,13 @@ EXTENDED = ["byte-level", "byte-level-gpt2", "byte-level-llama-class", "sp-bpe",
             "sp-bpe-gemma"]
 
 
-def _extend(src: Path, out: Path, n: int = 60, keep: Path | None = None, init: str = "subword-mean"):
-    return run_extend(open_target(src, AddOptions(init=init)), out, ExtendOptions(CORPUS, n, keep))
+def _items() -> list[str]:
+    """The corpus as `extend` reads it: paragraph by paragraph (`corpus.Reader`)."""
+    return list(Reader(CORPUS, MAX_ITEM_CHARS))
+
+
+def _extend(src: Path, out: Path, n: int = 60, keep: Path | None = None, init: str = "subword-mean", corpus=CORPUS):
+    return run_extend(open_target(src, AddOptions(init=init)), out, ExtendOptions(corpus, n, keep))
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +96,7 @@ def test_the_learned_merges_compress_the_corpus_as_counted(built, family):
     src, out, result = built(family)
     e = result.plan.to_dict()["extend"]
     old, new = Tokenizer.from_file(str(src / "tokenizer.json")), Tokenizer.from_file(str(out / "tokenizer.json"))
-    texts = [CORPUS.read_text(encoding="utf-8")]
-    n_old, n_new = (len(encode_ids(t, texts)[0]) for t in (old, new))
+    n_old, n_new = (sum(map(len, encode_ids(t, _items()))) for t in (old, new))
     assert n_new < n_old
     # the learner's own counts are the tokenizer's: words counted exactly, merges applied as encode applies them
     if family in ("byte-level", "byte-level-gpt2", "byte-level-llama-class"):
@@ -116,8 +122,11 @@ def test_keep_text_keeps_its_tokens_and_the_chat_template_keeps_its_ids(tmp_path
     cfg = read_json(src / "tokenizer_config.json")
     cfg["chat_template"] = CHAT
     (src / "tokenizer_config.json").write_text(json.dumps(cfg), encoding="utf-8")
-    free = _extend(src, tmp_path / "free", n=200)
-    kept = _extend(src, tmp_path / "kept", n=200, keep=PACKAGED_CORPUS)
+    mixed = tmp_path / "mixed.txt"  # the new language and English prose: merges that English text uses too
+    mixed.write_text(CORPUS.read_text(encoding="utf-8") + "\n\n" + (REPO / "fixtures" / "corpus_lotr.txt").read_text(
+        encoding="utf-8"), encoding="utf-8")
+    free = _extend(src, tmp_path / "free", n=200, corpus=mixed)
+    kept = _extend(src, tmp_path / "kept", n=200, keep=PACKAGED_CORPUS, corpus=mixed)
     changed = {o.source: o.changed for o in free.plan.old_text}
     assert changed["(packaged sample)"] > 0  # without --keep-text the English sample does change here
     assert [o.changed for o in kept.plan.old_text] == [0, 0]
@@ -159,17 +168,11 @@ def test_refused_families_say_why_and_write_nothing(tmp_path, family, kind):
     assert not (tmp_path / "out").exists()
 
 
-def test_word_counts_are_the_same_by_chunk_and_by_paragraph(tmp_path):
+def test_word_counts_by_distinct_chunk_are_the_counts_of_each_paragraph_pre_tokenized_whole(tmp_path):
     src = family_checkpoint(tmp_path / "ckpt", "byte-level")
     tok = Tokenizer.from_file(str(src / "tokenizer.json"))
-    by_chunk, n_bytes = count_words(tok, CORPUS)
-    whole, _ = count_words(tok, CORPUS, chunk_chars=1)  # the first batch is one paragraph: the rest by chunk too
-    assert by_chunk == whole and n_bytes == CORPUS.stat().st_size
-    words = {}
-    for text in paragraphs(CORPUS):
-        for w, _ in tok.pre_tokenizer.pre_tokenize_str(text):
-            words[w] = words.get(w, 0) + 1
-    assert sum(by_chunk.values()) >= sum(words.values())
+    by_chunk, n_bytes = count_words(tok, CORPUS, chunk_chars=600)  # the first batch decides; the rest by chunk
+    assert by_chunk == words_of(tok, _items()) and n_bytes == CORPUS.stat().st_size
 
 
 def test_cli_dry_run_json_learns_and_writes_nothing(tmp_path):
