@@ -31,7 +31,7 @@ CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<
         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 # Each family `add` supports that extend extends (the refused ones: test_refused_families_say_why)
 EXTENDED = ["byte-level", "byte-level-gpt2", "byte-level-llama-class", "sp-bpe", "sp-bpe-file", "sp-bpe-meta",
-            "sp-bpe-gemma"]
+            "sp-bpe-gemma", "metaspace-bpe"]
 
 
 def _items() -> list[str]:
@@ -88,7 +88,9 @@ def test_every_text_decodes_as_before_and_transformers_agrees_with_tokenizers(bu
     for text in TEXTS:
         ids = new(text, add_special_tokens=False)["input_ids"]
         assert ids == alone.encode(text, add_special_tokens=False).ids, text
-        assert new.decode(ids) == old.decode(old(text, add_special_tokens=False)["input_ids"]), text
+        want, got = old.decode(old(text, add_special_tokens=False)["input_ids"]), new.decode(ids)
+        # as before, or closer to the text where the old one had unknown pieces (a character added: metaspace-bpe)
+        assert got == want or (want != text and got.count("<unk>") < want.count("<unk>")), text
 
 
 @pytest.mark.parametrize("family", EXTENDED)
@@ -181,7 +183,7 @@ def test_cli_dry_run_json_learns_and_writes_nothing(tmp_path):
                                  str(src), str(tmp_path / "out")])
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
-    assert d["dry_run"] and d["extend"]["merges_learned"] == 30 and len(d["added"]) == 30
+    assert d["dry_run"] and d["extend"]["new_tokens"] == 30 and len(d["added"]) == 30
     assert d["rows_after"] - d["rows_before"] == 30 and d["init"]["input"] == "subword-mean"
     assert d["extend"]["tokens_per_byte"]["after"] < d["extend"]["tokens_per_byte"]["before"]
     assert not (tmp_path / "out").exists()
@@ -193,7 +195,7 @@ def test_cli_writes_validates_and_reports(tmp_path):
                                  "256", str(src), str(tmp_path / "out")])
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
-    assert d["validation"]["passed"] and d["extend"]["merges_learned"] == 40
+    assert d["validation"]["passed"] and d["extend"]["new_tokens"] == 40
     assert Checkpoint.open(tmp_path / "out").config["vocab_size"] == d["rows_after"]
 
 

@@ -654,7 +654,7 @@ def extend_command(ctx, src, out, corpus, new_tokens, keep_text, min_count, dry_
         if done.report is not None:
             click.echo("\n".join(done.report.summary_lines()), err=True)
         e = summary["extend"]
-        click.echo(f"Wrote {out}: {e['merges_learned']:,} new tokens, rows {summary['rows_before']} -> "
+        click.echo(f"Wrote {out}: {e['new_tokens']:,} new tokens, rows {summary['rows_before']} -> "
                    f"{summary['rows_after']}, corpus tokens per byte {e['tokens_per_byte']['before']:.4f} -> "
                    f"{e['tokens_per_byte']['after']:.4f}, {summary['seconds']:.2f} s", err=True)
         if push_to:

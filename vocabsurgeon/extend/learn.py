@@ -35,22 +35,35 @@ MAX_CHUNKS = 1 << 20  # distinct space-cut chunks held before they are pre-token
 BYTE_PIECE = re.compile(r"<0x[0-9A-Fa-f]{2}>")  # byte-fallback pieces: not text, never merged
 
 
-def words_of(tok: Tokenizer, texts: Iterable[str]) -> Counter:
+def words_of(tok: Tokenizer, texts: Iterable[str], split: re.Pattern | None = None) -> Counter:
     """The pre-tokens of `texts` in the model's spelling, counted: the tokenizer's normalizer, then its
-    pre-tokenizer, exactly as `encode` runs them before the model (added tokens are not split out first)."""
+    pre-tokenizer, exactly as `encode` runs them before the model (added tokens are not split out first);
+    with `split`, each pre-token is cut further there (`word_split`)."""
     norm, pre = tok.normalizer, tok.pre_tokenizer
     out: Counter = Counter()
     for text in texts:
         if norm is not None:
             text = norm.normalize_str(text)
-        if pre is None:
-            out[text] += 1
-        else:
-            out.update(p for p, _ in pre.pre_tokenize_str(text))
+        words = [text] if pre is None else [p for p, _ in pre.pre_tokenize_str(text)]
+        if split is not None:
+            words = [w for p in words for w in split.split(p) if w]
+        out.update(words)
     return out
 
 
-def count_words(tok: Tokenizer, corpus, *, chunk_chars: int = DEFAULT_CHUNK_CHARS,
+_BEFORE_SPACE = re.compile("(?<=[^▁])(?=▁)")  # before a run of "▁" that follows other text
+_ACROSS_SPACE = re.compile("[^▁]▁")
+
+
+def word_split(vocab: Iterable[str]) -> re.Pattern | None:
+    """Where a SentencePiece layout that keeps a whole text in one pre-token (Llama 2: no pre-tokenizer) may be
+    cut into words, as SentencePiece's trainer cuts it: before each run of "▁" after other text. Exact for
+    encoding only where no piece spans such a place (none has "▁" after another character), which holds for
+    the new pieces too since they are learned inside words; None where an old piece does (then whole texts)."""
+    return None if any(_ACROSS_SPACE.search(p) for p in vocab) else _BEFORE_SPACE
+
+
+def count_words(tok: Tokenizer, corpus, *, chunk_chars: int = DEFAULT_CHUNK_CHARS, split: re.Pattern | None = None,
                 progress: Callable[[int], None] | None = None) -> tuple[Counter, int]:
     """(pre-token -> count, UTF-8 bytes read) of a corpus file, streamed.
 
@@ -76,15 +89,15 @@ def count_words(tok: Tokenizer, corpus, *, chunk_chars: int = DEFAULT_CHUNK_CHAR
 
     def flush() -> None:
         for chunk, n in chunks.items():
-            for w, m in words_of(tok, [chunk]).items():
+            for w, m in words_of(tok, [chunk], split).items():
                 words[w] += n * m
         chunks.clear()
 
     for batch in batches(reader, chunk_chars):
         if by_chunk is None:
-            whole = words_of(tok, batch)
+            whole = words_of(tok, batch, split)
             cut = Counter(c for text in batch for c in _WORD.split(text))
-            by_chunk = _weighted(tok, cut) == whole
+            by_chunk = _weighted(tok, cut, split) == whole
             words.update(whole)
             logger.info("counting words %s", "by distinct space-cut chunk" if by_chunk else "paragraph by paragraph")
         elif by_chunk:
@@ -92,7 +105,7 @@ def count_words(tok: Tokenizer, corpus, *, chunk_chars: int = DEFAULT_CHUNK_CHAR
             if len(chunks) > MAX_CHUNKS:
                 flush()
         else:
-            words.update(words_of(tok, batch))
+            words.update(words_of(tok, batch, split))
         if progress:
             progress(reader.pos - reported)
             reported = reader.pos
@@ -102,10 +115,10 @@ def count_words(tok: Tokenizer, corpus, *, chunk_chars: int = DEFAULT_CHUNK_CHAR
     return words, reader.bytes
 
 
-def _weighted(tok: Tokenizer, chunks: Counter) -> Counter:
+def _weighted(tok: Tokenizer, chunks: Counter, split: re.Pattern | None) -> Counter:
     out: Counter = Counter()
     for chunk, n in chunks.items():
-        for w, m in words_of(tok, [chunk]).items():
+        for w, m in words_of(tok, [chunk], split).items():
             out[w] += n * m
     return out
 
@@ -116,6 +129,7 @@ class Learned:
 
     merges: list[tuple[str, str]]
     counts: list[int]
+    chars: list[str] = field(default_factory=list)  # characters the vocabulary lacked, added as pieces first
     refused: dict[str, int] = field(default_factory=dict)  # reason -> pairs refused for it
     words: int = 0  # distinct words the corpus has
     tokens_before: int = 0  # the corpus's tokens under the old merges (pre-token pieces, weighted)
@@ -123,7 +137,8 @@ class Learned:
 
     @property
     def pieces(self) -> list[str]:
-        return [a + b for a, b in self.merges]
+        """Every new piece, in id order: the characters, then what each merge makes."""
+        return self.chars + [a + b for a, b in self.merges]
 
 
 class _Symbols:
@@ -142,7 +157,8 @@ class _Symbols:
 
 
 def learn_merges(tok: Tokenizer, words: Counter, n: int, *, vocab: dict[str, int], mergeable: Callable[[str], bool],
-                 forbidden_words: Iterable[str] = (), whole_words: bool = False, min_count: int = 2) -> Learned:
+                 forbidden_words: Iterable[str] = (), whole_words: bool = False, min_count: int = 2,
+                 new_chars: bool = False) -> Learned:
     """Learn up to `n` merges after the old ones of `tok`'s BPE model from pre-token counts `words`.
 
     Args:
@@ -155,28 +171,64 @@ def learn_merges(tok: Tokenizer, words: Counter, n: int, *, vocab: dict[str, int
             takes a pair they hold.
         whole_words: the model has `ignore_merges` (a word that is a vocabulary entry is taken whole): no
             merge makes a piece that spells a forbidden word.
-        min_count: the least count a merge must have.
+        min_count: the least count a merge (or a new character) must have.
+        new_chars: the model spells characters it lacks as bytes or the unknown piece (SentencePiece BPE): each
+            that occurs `min_count` times becomes a piece first (as SentencePiece's trainer covers the
+            characters of its corpus), most frequent first, then merges fill the rest of the `n`.
     """
     sym = _Symbols()
     model = tok.model
+    forbidden_words = list(forbidden_words)
+    refused: dict[str, int] = {}
+    chars: list[str] = []
+    if new_chars:
+        counts: Counter = Counter()
+        for w, c in words.items():
+            for ch in w:
+                if ch not in vocab:
+                    counts[ch] += c
+        kept = {ch for w in forbidden_words for ch in w}
+        for ch, c in counts.most_common():
+            if c < min_count or len(chars) >= n:
+                break
+            if ch in kept:
+                refused["a character of --keep-text or the chat template"] = refused.get(
+                    "a character of --keep-text or the chat template", 0) + 1
+            else:
+                chars.append(ch)
+    added = set(chars)
+
+    def pieces(w: str) -> list[str]:
+        """`w`'s pieces after the old merges, with the new characters as pieces: merges never span a character
+        the vocabulary lacks, so the runs between new characters split as they do in the word."""
+        if not added or added.isdisjoint(w):
+            return [t.value for t in model.tokenize(w)]
+        out, start = [], 0
+        for i, ch in enumerate(w):
+            if ch in added:
+                out += [t.value for t in model.tokenize(w[start:i])] if i > start else []
+                out.append(ch)
+                start = i + 1
+        return out + ([t.value for t in model.tokenize(w[start:])] if start < len(w) else [])
+
     seqs: list[list[int]] = []
     freqs: list[int] = []
+    before = 0
     for w, c in words.items():
-        seqs.append([sym(t.value) for t in model.tokenize(w)])
+        seqs.append([sym(t) for t in pieces(w)])
         freqs.append(c)
+        before += c * (len(model.tokenize(w)) if added else len(seqs[-1]))
     blocked: set[tuple[int, int]] = set()
     keep_spellings: set[str] = set()
     for w in forbidden_words:
-        s = [sym(t.value) for t in model.tokenize(w)]
+        s = [sym(t) for t in pieces(w)]
         blocked.update(zip(s, s[1:]))
         if whole_words:
             keep_spellings.add(w)
     ok_symbol = [mergeable(t) for t in sym.text]
     pair_count: dict[tuple[int, int], int] = {}
     where: dict[tuple[int, int], set[int]] = {}
-    before = 0
     for i, (s, f) in enumerate(zip(seqs, freqs)):
-        before += len(s) * f
         for p in zip(s, s[1:]):
             pair_count[p] = pair_count.get(p, 0) + f
             ws = where.get(p)
@@ -186,10 +238,9 @@ def learn_merges(tok: Tokenizer, words: Counter, n: int, *, vocab: dict[str, int
                 ws.add(i)
     heap = [(-c, p) for p, c in pair_count.items()]
     heapq.heapify(heap)
-    made: set[str] = set()
-    learned = Learned([], [], words=len(seqs), tokens_before=before)
-    refused = learned.refused
-    while len(learned.merges) < n and heap:
+    made: set[str] = set(chars)
+    learned = Learned([], [], chars, refused, words=len(seqs), tokens_before=before)
+    while len(chars) + len(learned.merges) < n and heap:
         negc, p = heapq.heappop(heap)
         c = pair_count.get(p, 0)
         if c != -negc:  # stale: the count fell since it was pushed; push it again with its count

@@ -25,7 +25,7 @@ from ..tokenizer.chats import chat_samples
 from ..tokenizer.editor import NewToken, TokenizerEditor, TokenizerPlan
 from ..tokenizer.encoding import encode_ids, unpadded
 from ..tokenizer.families import ByteLevelBPE, MetaspaceBPE, SentencePieceBPE
-from .learn import BYTE_PIECE, Learned, count_words, learn_merges, words_of
+from .learn import BYTE_PIECE, Learned, count_words, learn_merges, word_split, words_of
 
 logger = logging.getLogger(__name__)
 
@@ -65,10 +65,12 @@ class ExtendEditor(TokenizerEditor):
     """`add`'s tokenizer editor whose new entries carry their learned merge (`merges`, in the order learned)."""
 
     merges: dict[str, tuple[str, str]]
+    chars: set[str]
 
     def __init__(self, path):
         super().__init__(path)
         self.merges = {}
+        self.chars = set()
 
     def edited(self, plan: TokenizerPlan) -> dict:
         # add's edit puts each entry in the vocabulary; the merges are appended here, in the order learned
@@ -77,6 +79,8 @@ class ExtendEditor(TokenizerEditor):
         merges = list(model.get("merges") or [])
         as_text = bool(merges) and isinstance(merges[0], str)  # "a b" (older files) or ["a", "b"]
         for t in sorted(plan.new, key=lambda t: t.id):
+            if t.piece in self.chars:  # a character the vocabulary lacked: an entry, no merge
+                continue
             pair = self.merges.get(t.piece)
             if pair is None or "".join(pair) != t.piece:
                 raise VocabSurgeonError(f"internal: piece {t.piece!r} has no learned merge; nothing was written")
@@ -115,7 +119,8 @@ class ExtendPlan(Plan):
         lr, n = self.learned, max(1, self.corpus_bytes)
         d["extend"] = {
             "corpus": str(self.extend.corpus), "corpus_bytes": self.corpus_bytes, "distinct_words": lr.words,
-            "new_tokens_asked": self.extend.new_tokens, "merges_learned": len(lr.merges),
+            "new_tokens_asked": self.extend.new_tokens, "new_tokens": len(lr.pieces), "new_characters": len(lr.chars),
+            "merges_learned": len(lr.merges),
             "min_count": self.extend.min_count, "last_merge_count": lr.counts[-1] if lr.counts else None,
             "keep_text": str(self.extend.keep_text) if self.extend.keep_text else None,
             "pairs_refused": lr.refused,
@@ -130,13 +135,14 @@ class ExtendPlan(Plan):
         e = d["extend"]
         lines = [
             f"{self.layout.kind} checkpoint, {d['tokenizer_family']} tokenizer: {e['merges_learned']:,} merges learned "
-            f"from {e['corpus']} ({e['corpus_bytes']:,} bytes, {e['distinct_words']:,} distinct words)",
+            + (f"and {e['new_characters']:,} characters it lacked added " if e["new_characters"] else "")
+            + f"from {e['corpus']} ({e['corpus_bytes']:,} bytes, {e['distinct_words']:,} distinct words)",
             f"corpus tokens per byte {e['tokens_per_byte']['before']:.4f} -> {e['tokens_per_byte']['after']:.4f} "
             f"({100 * (1 - e['corpus_tokens']['after'] / max(1, e['corpus_tokens']['before'])):.1f}% fewer tokens)",
             f"rows {d['rows_before']} -> {d['rows_after']} ({len(d['added'])} tokens, {d['padding_rows']} padding "
             f"rows), init: input {d['init']['input']}, output {d['init']['output']}",
         ]
-        if e["merges_learned"] < e["new_tokens_asked"]:
+        if e["new_tokens"] < e["new_tokens_asked"]:
             lines.append(f"note: {e['new_tokens_asked']:,} asked, but no other pair occurs {e['min_count']}+ times "
                          "(or every other pair was refused)")
         shown = ", ".join(repr(a["form"]) for a in d["added"][:12])
@@ -198,24 +204,27 @@ def plan_extend(target: Target, options: ExtendOptions, progress=None) -> Extend
         raise InputError(f"{editor.file}: a BPE with a continuing-subword prefix or end-of-word suffix cannot be "
                          "extended yet; use `add` for whole words")
     tok = editor.tok
-    words, n_bytes = count_words(tok, options.corpus, progress=progress)
+    byte_level = family == ByteLevelBPE.name
+    split = None if byte_level else word_split(editor.vocab)
+    words, n_bytes = count_words(tok, options.corpus, split=split, progress=progress)
     chats = chat_samples(editor.dir, editor.config, editor.as_loaded)
     keep = paragraphs(options.keep_text) if options.keep_text else []
-    forbidden = words_of(tok, [*keep, *chats])
+    forbidden = words_of(tok, [*keep, *chats], split)
     vocab = {**editor.vocab, **{c: t["id"] for c, t in editor.added.items()}}
     learned = learn_merges(tok, words, options.new_tokens, vocab=vocab, mergeable=_mergeable(editor),
                            forbidden_words=forbidden, whole_words=bool(editor.model.get("ignore_merges")),
-                           min_count=options.min_count)
-    if not learned.merges:
+                           min_count=options.min_count, new_chars=not byte_level)
+    if not learned.pieces:
         raise InputError(f"{options.corpus}: no pair of pieces occurs {options.min_count}+ times that a merge could "
                          "join; pass a larger corpus (or a lower --min-count)")
     start = editor.size
     new = []
     model = tok.model
-    for i, (a, b) in enumerate(learned.merges):
-        piece = a + b
-        editor.merges[piece] = (a, b)
-        pieces = [t.id for t in model.tokenize(piece)]  # the ids the old merges give it: the sub-word mean's rows
+    editor.chars = set(learned.chars)
+    editor.merges = {a + b: (a, b) for a, b in learned.merges}
+    for i, piece in enumerate(learned.pieces):
+        # the ids the old tokenizer gives the piece (a new character: its bytes): the sub-word mean's rows
+        pieces = [t.id for t in model.tokenize(piece)]
         new.append(NewToken(piece, editor.text_of(piece), piece, start + i, "merge", pieces))
     tplan = TokenizerPlan(family, new, [], original=tok)
     if editor.rewritten or editor.adopted:
