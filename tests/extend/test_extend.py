@@ -208,3 +208,33 @@ def test_cli_bad_options_say_so(tmp_path, args, message):
     r = CliRunner().invoke(cli, ["extend", "--corpus", str(CORPUS), *args, str(src), str(tmp_path / "out")])
     assert r.exit_code == 2 and message in r.output
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama3", "llama2", "mistral-v0.1"])
+def test_published_tokenizers_extend_with_old_text_kept_and_loaders_agreeing(published, tmp_path, name):
+    """GPT-2 (byte-level), Llama 3 (byte-level, ignore_merges), Llama 2 (SentencePiece BPE, Meta's file) and Mistral
+    (its tokenizer.model only: converted, and written back with the new pieces)."""
+    src = published(name)
+    result = _extend(src, tmp_path / "out", n=300, keep=PACKAGED_CORPUS)
+    out = tmp_path / "out"
+    assert [o.changed for o in result.plan.old_text] == [0, 0]
+    old, new = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(out)
+    alone = Tokenizer.from_file(str(out / "tokenizer.json"))
+    n_old = n_new = 0
+    for text in TEXTS:
+        a, b = old(text, add_special_tokens=False)["input_ids"], new(text, add_special_tokens=False)["input_ids"]
+        assert b == alone.encode(text, add_special_tokens=False).ids, text
+        assert new.decode(b) == old.decode(a), text
+        if text in OLD:
+            assert b == a, text
+        n_old, n_new = n_old + len(a), n_new + len(b)
+    assert n_new < n_old
+    if name == "llama3":
+        assert read_json(out / "tokenizer.json")["model"]["ignore_merges"] is True
+    if name == "mistral-v0.1":  # SentencePiece reads the written .model as tokenizer.json reads it
+        import sentencepiece
+
+        sp = sentencepiece.SentencePieceProcessor(model_file=str(out / "tokenizer.model"))
+        assert sp.get_piece_size() == result.plan.editor.size + len(result.plan.tokens.new)
+        for text in TEXTS:
+            assert sp.encode(text) == new(text, add_special_tokens=False)["input_ids"], text
