@@ -20,7 +20,7 @@ from ..explore.compare import DEFAULT_K
 from ..init import DEFAULT_EPS, MAX_SEED
 from ..explore.inspection import INSPECT_MAX_TOKENS
 from ..explore.suggest import DEFAULT_MIN_COUNT, DEFAULT_TOP
-from ..extend.plan import DEFAULT_MIN_COUNT as DEFAULT_EXTEND_MIN_COUNT
+from ..extend import DEFAULT_MIN_COUNT as DEFAULT_EXTEND_MIN_COUNT
 from .options import (
     CREATE_PR_OPTION, HF_TOKEN_HELP, PRIVATE_OPTION, STRATEGY_CHOICE, check_plot_dir, check_plot_here, common_options,
     emit, fit_options, hub_options, is_quiet, progress_bars, quiet_hub, restoring_library_settings, setup_logging,

@@ -25,12 +25,12 @@ from ..tokenizer.chats import chat_samples
 from ..tokenizer.editor import NewToken, TokenizerEditor, TokenizerPlan
 from ..tokenizer.encoding import encode_ids, unpadded
 from ..tokenizer.families import ByteLevelBPE, MetaspaceBPE, SentencePieceBPE
+from . import DEFAULT_MIN_COUNT
 from .learn import BYTE_PIECE, Learned, count_words, learn_merges, word_split, words_of
 
 logger = logging.getLogger(__name__)
 
 MAX_NEW_TOKENS = 1 << 20
-DEFAULT_MIN_COUNT = 2
 PACKAGED_CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus.txt"
 _WHY_NOT = {
     "Unigram": "a Unigram model has no merges to continue: its pieces compete by probability over the whole text, "
