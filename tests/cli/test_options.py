@@ -67,6 +67,7 @@ def _base_args(command: str, src, out, corpus, tmp) -> list[str]:
         "neighbors": ["neighbors", str(out), "Frodo"],
         "suggest": ["suggest", "--corpus", str(corpus), str(src)],
         "trim": ["trim", "--dry-run", "--corpus", str(corpus), "--min-count", "1", str(src), str(tmp / "new")],
+        "extend": ["extend", "--dry-run", "--corpus", str(corpus), "--new-tokens", "3", str(src), str(tmp / "new")],
         "push": ["push", str(out), "me/never-pushed"],
     }[command]
 

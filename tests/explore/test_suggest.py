@@ -19,12 +19,12 @@ from tokenizers import (
     trainers,
 )
 
+import vocabsurgeon.corpus as corpus_module
 import vocabsurgeon.explore.suggest as suggest_module
 from vocabsurgeon.cli.commands import cli
+from vocabsurgeon.corpus import Reader, counting_tokenizer
 from vocabsurgeon.explore.suggest import (
-    _Reader,
     count_words,
-    counting_tokenizer,
     rank,
     suggest_tokens,
 )
@@ -145,7 +145,7 @@ def test_counts_do_not_depend_on_the_chunk_or_read_size(name, tmp_path, monkeypa
     tok = counting_tokenizer(FIXTURES / name)
     big = count_words(tok, corpus)
     assert big.bytes == corpus.stat().st_size - 3  # the BOM is not text
-    monkeypatch.setattr(suggest_module, "READ_BYTES", 5)  # partial lines, UTF-8 characters cut in two
+    monkeypatch.setattr(corpus_module, "READ_BYTES", 5)  # partial lines, UTF-8 characters cut in two
     seen = []
     for chunk in (16, 100, 4096):
         small = count_words(tok, corpus, chunk_chars=chunk, progress=seen.append)
@@ -160,8 +160,8 @@ def test_counts_do_not_depend_on_the_chunk_or_read_size(name, tmp_path, monkeypa
 def test_the_reader_gives_back_the_text_in_bounded_pieces(limit, tmp_path, monkeypatch):
     corpus = tmp_path / "c.txt"
     corpus.write_text("\ufeff" + TRICKY, encoding="utf-8")
-    monkeypatch.setattr(suggest_module, "READ_BYTES", 3)
-    items = list(_Reader(corpus, limit))
+    monkeypatch.setattr(corpus_module, "READ_BYTES", 3)
+    items = list(Reader(corpus, limit))
     assert "".join(items) == TRICKY and max(map(len, items)) <= limit
     # a paragraph starts after blank lines (and an item that fits one, is one)
     assert any(i.startswith("(Frodo)") for i in items) or limit < len("(Frodo)")

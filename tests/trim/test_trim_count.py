@@ -10,7 +10,7 @@ import pytest
 from builders import family_tokenizer, tiny_checkpoint, training_text
 from published_models import FIXTURES
 
-from vocabsurgeon.explore.suggest import MAX_ITEM_CHARS, _batches, _Reader, counting_tokenizer
+from vocabsurgeon.corpus import MAX_ITEM_CHARS, Reader, batches, counting_tokenizer
 from vocabsurgeon.tokenizer.encoding import encode_batch
 from vocabsurgeon.trim import count
 from vocabsurgeon.trim.count import _count_ids, count_tokens
@@ -32,7 +32,7 @@ def corpus(tmp_path_factory):
 
 def _whole(tok, path, size) -> np.ndarray:
     encode = encode_batch(tok)
-    return sum(_count_ids(encode, b, size) for b in _batches(_Reader(path, MAX_ITEM_CHARS), CHUNK))
+    return sum(_count_ids(encode, b, size) for b in batches(Reader(path, MAX_ITEM_CHARS), CHUNK))
 
 
 def _check(directory, corpus, caplog) -> str:

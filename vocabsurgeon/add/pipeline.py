@@ -131,7 +131,7 @@ def validate_output(result, options: ValidationOptions, progress=None) -> Report
     report = validate_checkpoint(result.plan.src, out, options.corpus, new_token_ids=ids, progress=progress,
                                  base_checkpoint=result.plan.ckpt, base_tokenizer=result.plan.editor.as_loaded(),
                                  resplit_reported=set(result.plan.tokens.resplits),
-                                 **options.kwargs())
+                                 new_pieces=getattr(result.plan, "new_pieces", False), **options.kwargs())
     report.init = result.plan.to_dict()["init"]
     record(out, result.to_dict(), report, plot=options.plot)
     if not report.passed:

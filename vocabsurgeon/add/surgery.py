@@ -192,6 +192,10 @@ class AddJob:
                                              progress=self._checked)
                 self._syncer.submit(stage / f)
 
+    def verify_tokenizer(self, stage: Path, plan: Plan) -> None:
+        """Re-read the tokenizer files written into `stage` and check them (`extend` checks its own edit)."""
+        verify_tokenizer(stage, plan.tokens)
+
     def plan(self, tokens: list[str]) -> Plan:
         """Plan `tokens` (see `plan_tokens`) while the copy runs."""
         return self.use(plan_tokens(self.target, tokens))
@@ -233,7 +237,7 @@ class AddJob:
             card["fitted"] = fit_report
         write_model_card(stage, card)
         if plan.tokens.new:
-            verify_tokenizer(stage, plan.tokens)
+            self.verify_tokenizer(stage, plan)
         # Each vocabulary shard is finished and checked as soon as its old bytes are in place: the
         # first one's check overlaps the copy of the next.
         for f, (reserved, placed) in self._reserved.items():

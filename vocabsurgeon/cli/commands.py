@@ -22,6 +22,7 @@ from ..explore.compare import DEFAULT_K
 from ..init import DEFAULT_EPS, MAX_SEED
 from ..explore.inspection import INSPECT_MAX_TOKENS
 from ..explore.suggest import DEFAULT_MIN_COUNT, DEFAULT_TOP
+from ..extend import DEFAULT_MIN_COUNT as DEFAULT_EXTEND_MIN_COUNT
 from .options import (
     CREATE_PR_OPTION, HF_TOKEN_HELP, PRIVATE_OPTION, STRATEGY_CHOICE, check_plot_dir, check_plot_here, common_options,
     emit, fit_options, hub_options, is_quiet, progress_bars, quiet_hub, restoring_library_settings, setup_logging,
@@ -87,6 +88,11 @@ def cli(ctx, quiet, verbose):
     setup_logging(quiet, verbose)
     check_versions()  # before anything runs: an older transformers or tokenizers would write something different
     signal.signal(signal.SIGTERM, _sigterm)
+
+
+def _extend_validation_options(fn):
+    """`validate`'s flags for `extend`, whose --corpus is what it learns from: --validate-corpus."""
+    return validation_options(fn, corpus_flag="--validate-corpus")
 
 
 def _strategies_in_help(fn):
@@ -525,6 +531,139 @@ def trim_command(ctx, src, out, corpus, vocab_size, min_count, keep_file, pad_to
                    f"{d['rows_after']}, {d['bytes_saved']:,} bytes saved, {d['seconds']:.2f} s", err=True)
         if push_options is not None:
             _echo_pushed(d["push"])
+
+
+@cli.command("extend")
+@_strategies_in_help
+@click.argument("src", type=click.Path(file_okay=False, path_type=str))
+@click.argument("out", type=click.Path(path_type=str))
+@click.option("--corpus", required=True, type=click.Path(dir_okay=False, path_type=str),
+              help="UTF-8 text of the new language or domain to learn from (any size: it is streamed).")
+@click.option("--new-tokens", required=True, type=click.IntRange(min=1),
+              help="How many sub-word tokens to learn (fewer when no other pair occurs --min-count times).")
+@click.option("--keep-text", type=click.Path(dir_okay=False, path_type=str),
+              help="UTF-8 text that must keep its tokens (e.g. the model's own language): no new merge may change it.")
+@click.option("--min-count", default=DEFAULT_EXTEND_MIN_COUNT, show_default=True, type=click.IntRange(min=1),
+              help="A new merge's pair must occur at least this often in the corpus.")
+@click.option("--init", default="subword-mean", show_default=True, type=STRATEGY_CHOICE,
+              help="Init strategy of the new rows of every matrix.")
+@click.option("--init-input", type=STRATEGY_CHOICE, help="Init of the input embedding (untied models).")
+@click.option("--init-output", type=STRATEGY_CHOICE, help="Init of the output matrix / lm_head (untied models).")
+@click.option("--eps", default=DEFAULT_EPS, show_default=True, type=float,
+              help="Noise scale of mean-noise: new rows ~ N(mu, eps * Sigma).")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, MAX_SEED),
+              help="Seed of every random init (deterministic output).")
+@click.option("--pad-to-multiple-of", type=click.IntRange(min=1),
+              help="Pad the rows to a multiple of N (tensor cores); padding holds the mean row. Default: the "
+                   "checkpoint's own multiple where it has padding rows past the tokenizer (1: no padding).")
+@click.option("--link", is_flag=True, help="Hard-link untouched shards instead of copying them (same filesystem only).")
+@click.option("--no-fsync", is_flag=True, help="Do not flush the output to disk before renaming it into place.")
+@click.option("--force", is_flag=True, help="Replace a non-empty output directory.")
+@click.option("--device", default="auto", show_default=True,
+              help="Where to compute statistics and the forward passes of --init fitted: auto, cpu, cuda.")
+@tensor_key_options
+@click.option("--dry-run", is_flag=True, help="Learn the merges, print the plan and write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
+@click.option("--no-validate", is_flag=True, help="Skip the validation that runs after writing (as in `add`).")
+@hub_options("SRC when it is a Hub repo id", token_use="Used to pull SRC and to push.")
+@click.option("--push-to", metavar="REPO_ID", help="Push OUT to this Hub repo (org/name) as one commit, after "
+              "validation passed; see `vocabsurgeon push`.")
+@click.option("--push-revision", metavar="BRANCH", help="With --push-to: the branch to commit to (default main).")
+@PRIVATE_OPTION
+@CREATE_PR_OPTION
+@click.option("--message", help="With --push-to: the commit message (default: what was added, to which model).")
+@fit_options
+@_extend_validation_options
+@common_options
+@click.pass_context
+def extend_command(ctx, src, out, corpus, new_tokens, keep_text, min_count, dry_run, as_json, no_validate, revision,
+                   hf_token, push_to, push_revision, private, create_pr, message, **flags):
+    """Learn sub-word tokens of a new language or domain from CORPUS and add them to SRC, writing OUT.
+
+    Continues the tokenizer's own BPE training: CORPUS is split by the tokenizer's normalizer and
+    pre-tokenizer, each word into the pieces the old merges leave, and the most frequent adjacent
+    pair is merged, --new-tokens times. The new merges come after every old one and the new tokens
+    after the last id, so existing tokens, ids and merges are unchanged and text changes only where
+    a new merge's pair occurs; --keep-text changes not at all (the plan counts the old text that
+    changes). Byte-level BPE (GPT-2, Llama 3, Qwen, SmolLM2) and SentencePiece BPE (Llama 2,
+    Mistral, Gemma; its tokenizer.model gets the new pieces); Unigram and WordPiece are refused
+    with the reason. The rows are grown, initialized and validated as `add` does them (validation
+    corpus: --validate-corpus).
+
+    \b
+    Init strategies (--init, --init-input, --init-output):
+    {strategies}
+
+    \b
+    Examples:
+      vocabsurgeon extend --corpus ja.txt --new-tokens 8000 ckpt/ out/
+      vocabsurgeon extend --corpus ru.txt --new-tokens 8000 --keep-text en-sample.txt --dry-run ckpt/ out/
+      vocabsurgeon extend --corpus ru.txt --new-tokens 1000 --json HuggingFaceTB/SmolLM2-135M out/ > summary.json
+    """
+    from ..add.pipeline import PushOptions
+    from ..add.plan import AddOptions, open_target
+    from ..errors import InputError, ValidationFailed
+    from ..extend.pipeline import extend_validate_push
+    from ..extend.plan import ExtendOptions, plan_extend
+
+    push_options = PushOptions.from_flags(push_to, revision=push_revision, private=private, create_pr=create_pr,
+                                          token=hf_token, message=message)
+    flags["fsync"] = not flags.pop("no_fsync")
+    options = AddOptions(**take_fields(AddOptions, flags)).check()
+    validation_opts = validation_options_of(flags, seed=options.seed, device=options.device)
+    if no_validate and validation_opts.plot:
+        raise InputError("--plot draws the validation's KL histogram; drop --no-validate or --plot")
+    check_plot_dir(validation_opts.plot, created=out)
+    validation_opts.check()
+    learn = ExtendOptions(corpus, new_tokens, keep_text, min_count).check()
+    quiet_hub(ctx, as_json)
+    quiet = is_quiet(ctx)
+    if dry_run:
+        with progress_bars(ctx, as_json) as progress:
+            plan = plan_extend(open_target(src, options, revision=revision, token=hf_token), learn,
+                               progress=progress.count("reading corpus", Path(corpus).stat().st_size, "B"))
+        if as_json:
+            emit({"dry_run": True, **plan.to_dict()})
+        else:
+            click.echo(plan.describe())
+        return
+
+    def planned(plan) -> None:
+        if not quiet and not as_json:
+            click.echo(plan.describe(), err=True)
+
+    def step(name: str, done) -> None:
+        if quiet or as_json:
+            return
+        if name == "validate":
+            click.echo(f"Validating {done.result.out} against {done.result.plan.src} (--no-validate skips this)",
+                       err=True)
+        elif name == "push":
+            click.echo(f"Pushing {out} to {push_to}", err=True)
+
+    try:
+        with progress_bars(ctx, as_json) as progress:
+            done = extend_validate_push(src, out, learn, options, validation=None if no_validate else validation_opts,
+                                        push=push_options, revision=revision, token=hf_token, progress=progress,
+                                        on_plan=planned, on_step=step)
+    except ValidationFailed as e:
+        if as_json:
+            emit(e.finished.to_dict())
+        elif not quiet and e.report:
+            click.echo("\n".join(e.report.summary_lines()[:-1]), err=True)
+        raise
+    summary = done.to_dict()
+    if as_json:
+        emit(summary)
+    elif not quiet:
+        if done.report is not None:
+            click.echo("\n".join(done.report.summary_lines()), err=True)
+        e = summary["extend"]
+        click.echo(f"Wrote {out}: {e['new_tokens']:,} new tokens, rows {summary['rows_before']} -> "
+                   f"{summary['rows_after']}, corpus tokens per byte {e['tokens_per_byte']['before']:.4f} -> "
+                   f"{e['tokens_per_byte']['after']:.4f}, {summary['seconds']:.2f} s", err=True)
+        if push_to:
+            _echo_pushed(summary["push"])
 
 
 def _echo_pushed(d: dict) -> None:

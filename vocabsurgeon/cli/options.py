@@ -128,13 +128,15 @@ def check_plot_here(ctx, param, value):
     return value
 
 
-def validation_options(fn):
-    """The corpus, work bound, plot and pass/fail thresholds of `validate`, shared with `add`."""
+def validation_options(fn, corpus_flag: str = "--corpus"):
+    """The corpus, work bound, plot and pass/fail thresholds of `validate`, shared with `add` (and `extend`,
+    whose --corpus is what it learns from: its validation corpus is `corpus_flag` --validate-corpus)."""
     from ..validation.validate import DEFAULT_MAX_TOKENS, Thresholds
 
     d = Thresholds()
+    dest = "corpus" if corpus_flag == "--corpus" else "validate_corpus"
     for decorator in reversed([
-        click.option("--corpus", type=click.Path(dir_okay=False, path_type=str),
+        click.option(corpus_flag, dest, type=click.Path(dir_okay=False, path_type=str),
                      help="UTF-8 text to validate on (default: a few KB of prose, dialogue, numbers and code "
                           "shipped with vocabsurgeon)."),
         click.option("--max-tokens", default=DEFAULT_MAX_TOKENS, show_default=True, type=click.IntRange(min=1),
@@ -329,7 +331,7 @@ def validation_options_of(validation: dict, *, seed: int, device: str):
     from ..validation.validate import Thresholds
 
     v = dict(validation)
-    corpus, max_tokens, plot = v.pop("corpus"), v.pop("max_tokens"), v.pop("plot")
+    corpus, max_tokens, plot = v.pop("corpus" if "corpus" in v else "validate_corpus"), v.pop("max_tokens"), v.pop("plot")
     return ValidationOptions(corpus=corpus, max_tokens=max_tokens, thresholds=Thresholds(**v), seed=seed,
                              device=device, plot=plot)
 

@@ -1,6 +1,6 @@
 """How a corpus uses a vocabulary: every token id counted under the original fast tokenizer, streamed.
 
-The corpus is read in bounded paragraph-sized pieces (`suggest`'s reader: cut at whitespace before a
+The corpus is read in bounded paragraph-sized pieces (`corpus.Reader`: cut at whitespace before a
 word, where the pre-tokenizers split anyway). Most text is few distinct words used many times, so the
 pieces are cut further before each space that follows a word, the distinct words counted, and each
 encoded once, its ids weighted by its count. That is exact only where the tokenizer gives a word the
@@ -25,7 +25,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from ..errors import InputError
-from ..explore.suggest import DEFAULT_CHUNK_CHARS, MAX_ITEM_CHARS, _batches, _Reader
+from ..corpus import DEFAULT_CHUNK_CHARS, MAX_ITEM_CHARS, Reader, batches
 from ..tokenizer.encoding import encode_batch
 
 logger = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ class TokenCounts:
 
 def count_tokens(tok: Tokenizer, corpus: str | os.PathLike, size: int, *, chunk_chars: int = DEFAULT_CHUNK_CHARS,
                  progress: Callable[[int], None] | None = None) -> TokenCounts:
-    """Count every token id of `corpus` under `tok` (from `suggest.counting_tokenizer`: no padding,
+    """Count every token id of `corpus` under `tok` (from `corpus.counting_tokenizer`: no padding,
     truncation or special tokens); `size` is the number of ids.
 
     Raises:
@@ -63,12 +63,12 @@ def count_tokens(tok: Tokenizer, corpus: str | os.PathLike, size: int, *, chunk_
     path = Path(corpus)
     if path.is_dir():
         raise InputError(f"{path}: is a directory; pass a UTF-8 text file as --corpus")
-    reader = _Reader(path, min(chunk_chars, MAX_ITEM_CHARS))
+    reader = Reader(path, min(chunk_chars, MAX_ITEM_CHARS))
     counts = np.zeros(size, dtype=np.int64)
     encode, reported = encode_batch(tok), 0
     words: Counter[str] = Counter()
     split = None  # how a piece becomes words, once the first batch has shown which way is exact
-    for batch in _batches(reader, chunk_chars):
+    for batch in batches(reader, chunk_chars):
         if split is None:
             whole = _count_ids(encode, batch, size)
             split = next((f for f in (_space_led, _bare) if np.array_equal(

@@ -34,7 +34,7 @@ from ..checkpoint.reader import Checkpoint, TensorInfo, read_json, same_bytes
 from ..checkpoint.writer import (Syncer, check_output_path, copy_file, copy_old_bytes, json_text, layout_shard,
                                  staging, write_json)
 from ..errors import InputError, VocabSurgeonError
-from ..explore.suggest import counting_tokenizer
+from ..corpus import counting_tokenizer
 from ..init import encode_rows
 from ..tokenizer.chats import CHATS, chat_template
 from ..tokenizer.editor import convert_slow_tokenizer

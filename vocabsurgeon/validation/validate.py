@@ -182,7 +182,8 @@ def longer_words(old_tok, new_tok, paragraphs: list[str], words: dict[str, set[i
 
 
 def tokenization_check(old_tok, new_tok, text: str, new: NewIds, new_ids: list[int],
-                       chats: list[ChatText] = (), reported: set[str] | None = None) -> TokenizationCheck:
+                       chats: list[ChatText] = (), reported: set[str] | None = None,
+                       new_pieces: bool = False) -> TokenizationCheck:
     """Invariants of the edited tokenizer, on the corpus, on chat-template text and on each new token.
 
     Paragraphs without new tokens must keep their ids; every new word must be one token, at a
@@ -222,7 +223,7 @@ def tokenization_check(old_tok, new_tok, text: str, new: NewIds, new_ids: list[i
     lead = contexts.space_lead(lambda t: encode(new_tok, t))
     words: dict[str, int] = {}
     ids_of: dict[str, set[int]] = {}
-    for t in new_ids:
+    for t in () if new_pieces else new_ids:  # sub-word pieces (`extend`) are not words: none must be one token
         w = new_tok.decode([t]).strip()
         if w and w not in words:
             words[w] = t
@@ -410,6 +411,7 @@ def validate_checkpoint(
     base_checkpoint: Checkpoint | None = None,
     base_tokenizer=None,
     resplit_reported: set[str] | None = None,
+    new_pieces: bool = False,
 ) -> Report:
     """Compare the expanded checkpoint `new` with its original `base`; returns the report.
 
@@ -435,6 +437,7 @@ def validate_checkpoint(
             (`add`'s plan has both), so neither is read again.
         resplit_reported: the new words the plan reported as re-splitting longer words (its
             longer_words_resplit); None: every added token's word (matched anywhere in raw text).
+        new_pieces: the new tokens are sub-word pieces (`extend`), not words: no check that each is one token.
 
     Returns:
         A `report.Report` (it reads as the dict of its JSON too): `passed`, `failures` (why not, in
@@ -490,7 +493,8 @@ def validate_checkpoint(
     new_ids = NewIds(n, reused)
     chats = chat_texts(new_tok, new_ids)
     prompts = [c for c in chat_texts(new_tok, new_ids, generation_prompt=True) if not c.uses_new_words]
-    tokenization = tokenization_check(old_tok, new_tok, text, new_ids, new_token_ids, chats, resplit_reported)
+    tokenization = tokenization_check(old_tok, new_tok, text, new_ids, new_token_ids, chats, resplit_reported,
+                                      new_pieces)
     inp = Inputs(
         corpus_ids=encode(old_tok, text), chat_old=[encode(old_tok, c.text) for c in chats],
         prompts_old=[encode(old_tok, c.text) for c in prompts], prompts_new=[encode(new_tok, c.text) for c in prompts],

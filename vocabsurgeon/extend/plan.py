@@ -1,0 +1,264 @@
+"""The plan of `extend`: learn merges from a corpus (learn.py), make them new vocabulary entries at ids after the
+last token, and lay out the rows as `add` does (`add.plan.Plan`), with what the new merges do to old text.
+
+The tokenizer edit is `add`'s editor with one difference: the new entries are the learned pieces, each with
+the merge that makes it, appended after the old merges in the order learned (`ExtendEditor.edited`); the
+SentencePiece .model, where the input has one, gets them as normal pieces scored below every old piece in
+that order (`TokenizerEditor.slow_model`). The surgery (rows, init, writer, verification) is `add`'s.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from ..add.plan import Plan, Target, padding_multiple
+from ..checkpoint.filenames import STALE_SLOW_FILES, TOKENIZER_FILE
+from ..errors import InputError, VocabSurgeonError
+from ..tokenizer.chats import chat_samples
+from ..tokenizer.editor import NewToken, TokenizerEditor, TokenizerPlan
+from ..tokenizer.encoding import encode_ids, unpadded
+from ..tokenizer.families import ByteLevelBPE, MetaspaceBPE, SentencePieceBPE
+from . import DEFAULT_MIN_COUNT
+from .learn import BYTE_PIECE, Learned, count_words, learn_merges, word_split, words_of
+
+logger = logging.getLogger(__name__)
+
+MAX_NEW_TOKENS = 1 << 20
+PACKAGED_CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus.txt"
+_WHY_NOT = {
+    "Unigram": "a Unigram model has no merges to continue: its pieces compete by probability over the whole text, "
+               "so a new piece changes how old text splits wherever it could occur; retrain or use `add` for whole "
+               "words",
+    "WordPiece": "WordPiece matches the longest vocabulary entry from the left: a new piece changes every old word "
+                 "that starts with it, so old text cannot be kept; use `add` for whole words",
+}
+
+
+@dataclass
+class ExtendOptions:
+    """What `extend` learns: the corpus, how many new tokens, and the old text that must keep its tokens."""
+
+    corpus: str | os.PathLike
+    new_tokens: int
+    keep_text: str | os.PathLike | None = None  # no new merge may change this file's tokens
+    min_count: int = DEFAULT_MIN_COUNT  # a merge's pair must occur at least this often in the corpus
+
+    def check(self) -> ExtendOptions:
+        if not 1 <= self.new_tokens <= MAX_NEW_TOKENS:
+            raise InputError(f"--new-tokens {self.new_tokens}: pass a number of new tokens from 1 to {MAX_NEW_TOKENS:,}")
+        if self.min_count < 1:
+            raise InputError(f"--min-count {self.min_count}: must be at least 1")
+        for flag, path in (("--corpus", self.corpus), ("--keep-text", self.keep_text)):
+            if path is not None and not Path(path).is_file():
+                raise InputError(f"{path}: no such file; pass a UTF-8 text file to {flag}")
+        return self
+
+
+class ExtendEditor(TokenizerEditor):
+    """`add`'s tokenizer editor whose new entries carry their learned merge (`merges`, in the order learned)."""
+
+    merges: dict[str, tuple[str, str]]
+    chars: set[str]
+
+    def __init__(self, path):
+        super().__init__(path)
+        self.merges = {}
+        self.chars = set()
+
+    def edited(self, plan: TokenizerPlan) -> dict:
+        # add's edit puts each entry in the vocabulary; the merges are appended here, in the order learned
+        data = super().edited(replace(plan, new=[replace(t, mechanism="vocab") for t in plan.new]))
+        model = data["model"]
+        merges = list(model.get("merges") or [])
+        as_text = bool(merges) and isinstance(merges[0], str)  # "a b" (older files) or ["a", "b"]
+        for t in sorted(plan.new, key=lambda t: t.id):
+            if t.piece in self.chars:  # a character the vocabulary lacked: an entry, no merge
+                continue
+            pair = self.merges.get(t.piece)
+            if pair is None or "".join(pair) != t.piece:
+                raise VocabSurgeonError(f"internal: piece {t.piece!r} has no learned merge; nothing was written")
+            merges.append(" ".join(pair) if as_text else list(pair))
+        model["merges"] = merges
+        return data
+
+
+@dataclass
+class OldText:
+    """What the new merges do to a sample of old text: paragraphs whose ids changed."""
+
+    source: str
+    paragraphs: int
+    changed: int
+    example: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "paragraphs": self.paragraphs, "changed": self.changed,
+                "example": self.example}
+
+
+@dataclass
+class ExtendPlan(Plan):
+    """`add`'s plan of the rows and files, plus what was learned and what it does to old text."""
+
+    learned: Learned | None = None
+    extend: ExtendOptions | None = None
+    corpus_bytes: int = 0
+    old_text: list[OldText] = field(default_factory=list)
+
+    new_pieces = True  # the new tokens are sub-word pieces, not words: validation checks no word is one token
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        lr, n = self.learned, max(1, self.corpus_bytes)
+        d["extend"] = {
+            "corpus": str(self.extend.corpus), "corpus_bytes": self.corpus_bytes, "distinct_words": lr.words,
+            "new_tokens_asked": self.extend.new_tokens, "new_tokens": len(lr.pieces), "new_characters": len(lr.chars),
+            "merges_learned": len(lr.merges),
+            "min_count": self.extend.min_count, "last_merge_count": lr.counts[-1] if lr.counts else None,
+            "keep_text": str(self.extend.keep_text) if self.extend.keep_text else None,
+            "pairs_refused": lr.refused,
+            "corpus_tokens": {"before": lr.tokens_before, "after": lr.tokens_after},
+            "tokens_per_byte": {"before": lr.tokens_before / n, "after": lr.tokens_after / n},
+            "old_text": [o.to_dict() for o in self.old_text],
+        }
+        return d
+
+    def describe(self) -> str:
+        d = self.to_dict()
+        e = d["extend"]
+        lines = [
+            f"{self.layout.kind} checkpoint, {d['tokenizer_family']} tokenizer: {e['merges_learned']:,} merges learned "
+            + (f"and {e['new_characters']:,} characters it lacked added " if e["new_characters"] else "")
+            + f"from {e['corpus']} ({e['corpus_bytes']:,} bytes, {e['distinct_words']:,} distinct words)",
+            f"corpus tokens per byte {e['tokens_per_byte']['before']:.4f} -> {e['tokens_per_byte']['after']:.4f} "
+            f"({100 * (1 - e['corpus_tokens']['after'] / max(1, e['corpus_tokens']['before'])):.1f}% fewer tokens)",
+            f"rows {d['rows_before']} -> {d['rows_after']} ({len(d['added'])} tokens, {d['padding_rows']} padding "
+            f"rows), init: input {d['init']['input']}, output {d['init']['output']}",
+        ]
+        if e["new_tokens"] < e["new_tokens_asked"]:
+            lines.append(f"note: {e['new_tokens_asked']:,} asked, but no other pair occurs {e['min_count']}+ times "
+                         "(or every other pair was refused)")
+        shown = ", ".join(repr(a["form"]) for a in d["added"][:12])
+        lines.append(f"  first new pieces: {shown}{', ...' if len(d['added']) > 12 else ''}")
+        for why, k in e["pairs_refused"].items():
+            lines.append(f"  refused {k:,} pair(s): {why}")
+        for o in self.old_text:
+            lines.append(f"old text {o.source}: {o.changed} of {o.paragraphs} paragraph(s) change tokens"
+                         + (f", e.g. {o.example!r}" if o.example else ""))
+        lines.extend(f"note: {n}" for n in d["tokenizer_notes"])
+        lines.append(f"rewrite {len(self.rewrite)} shard(s): {', '.join(self.rewrite)}")
+        if d["kl_bound_covers"]:
+            lines.append(d["kl_bound_covers"])
+        return "\n".join(lines)
+
+
+def paragraphs(path: str | os.PathLike) -> list[str]:
+    """The paragraphs (blank-line separated) of a small UTF-8 file, or its lines when it has no blank lines."""
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: cannot read it as UTF-8 text ({e}); pass a UTF-8 text file") from None
+    parts = [p for p in text.split("\n\n") if p.strip()]
+    return parts if len(parts) > 1 else [p for p in text.splitlines() if p.strip()]
+
+
+def _mergeable(editor: TokenizerEditor):
+    """Whether a piece may be merged: not a byte-fallback piece, an added or special token, or the unknown piece."""
+    unk = editor.model.get("unk_token")
+    special = set(editor.added)
+
+    def ok(piece: str) -> bool:
+        return piece not in special and piece != unk and not BYTE_PIECE.fullmatch(piece)
+
+    return ok
+
+
+def plan_extend(target: Target, options: ExtendOptions, progress=None) -> ExtendPlan:
+    """Learn `options.new_tokens` merges from the corpus and plan every change to `target`.
+
+    Raises:
+        InputError: a tokenizer that cannot be extended (with the reason), a corpus that cannot be read, or
+            no pair frequent enough to merge.
+    """
+    options = options.check()
+    ckpt, layout = target.ckpt, target.layout
+    editor = ExtendEditor(ckpt.path)
+    if editor.size > layout.rows:
+        raise InputError(
+            f"{ckpt.path / TOKENIZER_FILE}: the tokenizer has ids up to {editor.size - 1}, but '{layout.embedding}' "
+            f"has only {layout.rows} rows; tokenizer and weights disagree, refusing to guess")
+    family = editor.family_name
+    if family not in (ByteLevelBPE.name, SentencePieceBPE.name, MetaspaceBPE.name):
+        kind = editor.model.get("type") or family
+        why = _WHY_NOT.get(kind, f"only BPE tokenizers (byte-level or SentencePiece) can be extended; this one is "
+                                 f"{family}")
+        raise InputError(f"{editor.file}: cannot extend a {kind} tokenizer: {why}")
+    if editor.model.get("continuing_subword_prefix") or editor.model.get("end_of_word_suffix"):
+        raise InputError(f"{editor.file}: a BPE with a continuing-subword prefix or end-of-word suffix cannot be "
+                         "extended yet; use `add` for whole words")
+    tok = editor.tok
+    byte_level = family == ByteLevelBPE.name
+    split = None if byte_level else word_split(editor.vocab)
+    words, n_bytes = count_words(tok, options.corpus, split=split, progress=progress)
+    chats = chat_samples(editor.dir, editor.config, editor.as_loaded)
+    keep = paragraphs(options.keep_text) if options.keep_text else []
+    forbidden = words_of(tok, [*keep, *chats], split)
+    vocab = {**editor.vocab, **{c: t["id"] for c, t in editor.added.items()}}
+    learned = learn_merges(tok, words, options.new_tokens, vocab=vocab, mergeable=_mergeable(editor),
+                           forbidden_words=forbidden, whole_words=bool(editor.model.get("ignore_merges")),
+                           min_count=options.min_count, new_chars=not byte_level)
+    if not learned.pieces:
+        raise InputError(f"{options.corpus}: no pair of pieces occurs {options.min_count}+ times that a merge could "
+                         "join; pass a larger corpus (or a lower --min-count)")
+    start = editor.size
+    new = []
+    model = tok.model
+    editor.chars = set(learned.chars)
+    editor.merges = {a + b: (a, b) for a, b in learned.merges}
+    for i, piece in enumerate(learned.pieces):
+        # the ids the old tokenizer gives the piece (a new character: its bytes): the sub-word mean's rows
+        pieces = [t.id for t in model.tokenize(piece)]
+        new.append(NewToken(piece, editor.text_of(piece), piece, start + i, "merge", pieces))
+    tplan = TokenizerPlan(family, new, [], original=tok)
+    if editor.rewritten or editor.adopted:
+        tplan.notes.append(f"{TOKENIZER_FILE} is written in the layout transformers loads the input with (same ids)")
+    tplan.slow_model = editor.slow_model(tplan)
+    if tplan.slow_model is not None:
+        tplan.notes.append(f"{tplan.slow_model[0]}: the new pieces appended, scored below every old piece in the "
+                           "order learned (SentencePiece and llama.cpp merge them last, as tokenizer.json does)")
+    kept = tplan.slow_model[0] if tplan.slow_model else None
+    dropped = [f for f in STALE_SLOW_FILES if f != kept and (ckpt.path / f).is_file()]
+    if dropped:
+        tplan.notes.append(f"not copied: {', '.join(dropped)} (slow-tokenizer files without the new pieces; "
+                           f"{TOKENIZER_FILE} has them)")
+    rows_after = layout.rows + sum(t.id >= layout.rows for t in new)
+    m = target.options.pad_to_multiple_of or padding_multiple(layout.rows, editor.size)
+    if m:
+        rows_after = math.ceil(rows_after / m) * m
+    rewrite = target.vocab_files
+    copy = [f for f in ckpt.shards if f not in rewrite]
+    plan = ExtendPlan(target, editor, tplan, layout.rows, rows_after, rewrite, copy, dropped,
+                      learned=learned, extend=options, corpus_bytes=n_bytes)
+    edited = unpadded(Tokenizer.from_str(json.dumps(editor.edited(tplan))))
+    samples = [(str(options.keep_text), keep)] if keep else []
+    samples.append(("(packaged sample)", paragraphs(PACKAGED_CORPUS)))
+    for source, texts in samples:
+        plan.old_text.append(old_text_changes(tok, edited, source, texts))
+    if keep and plan.old_text[0].changed:
+        raise VocabSurgeonError(f"internal: {plan.old_text[0].changed} paragraph(s) of --keep-text change tokens, "
+                                f"e.g. {plan.old_text[0].example!r}; nothing was written, please report it")
+    return plan
+
+
+def old_text_changes(old: Tokenizer, new: Tokenizer, source: str, texts: list[str]) -> OldText:
+    """How many of `texts` get other ids from `new` than from `old`."""
+    a, b = encode_ids(old, texts), encode_ids(new, texts)
+    changed = [t for t, x, y in zip(texts, a, b) if x != y]
+    return OldText(source, len(texts), len(changed), changed[0][:60] if changed else None)
