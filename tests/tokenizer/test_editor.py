@@ -726,29 +726,51 @@ def test_slow_only_checkpoint_is_converted_and_says_so(slow_only, tmp_path):
     check_same_tokenizer_behaviour(src, out)
 
 
-def test_a_sentencepiece_bpe_model_alone_is_read_in_metas_layout_and_its_words_are_kept(slow_only, tmp_path):
-    """Mistral's tokenizer.model as Mistral's own library ships it, with no tokenizer_config.json: transformers 5
-    converts it generically, with a Metaspace "always" pre-tokenizer that would put a "▁" after every added
-    token, so the Metaspace BPE family took only words of two pieces (issue 20: the published Mistral 7B v0.1
-    and v0.3 files kept none of 16 ordinary words). It is read in Meta's layout, which gives the same ids."""
-    from vocabsurgeon.tokenizer.families.sentencepiece_bpe import as_meta_layout
-    from vocabsurgeon.tokenizer.editor import convert_slow_tokenizer
-
-    import sentencepiece as spm
-
-    src = Path(shutil.copytree(slow_only, tmp_path / "src"))
+def _mistral_layout(slow_only, dest: Path) -> Path:
+    """`slow_only` with a tokenizer.model trained with Llama's and Mistral's settings (no normalization, spaces kept
+    as they are) and no tokenizer_config.json: Mistral's own layout (mistral-common)."""
+    src = Path(shutil.copytree(slow_only, dest))
     (src / "tokenizer_config.json").unlink()
-    buf = io.BytesIO()  # trained with Llama's and Mistral's settings: no normalization, spaces kept as they are
+    buf = io.BytesIO()
     spm.SentencePieceTrainer.train(sentence_iterator=iter(training_text()), model_writer=buf, vocab_size=600,
                                    model_type="bpe", byte_fallback=True, character_coverage=1.0, minloglevel=2,
                                    normalization_rule_name="identity", remove_extra_whitespaces=False)
     (src / "tokenizer.model").write_bytes(buf.getvalue())
+    return src
+
+
+def converts_as_sentencepiece(src: Path) -> bool:
+    """Whether AutoTokenizer of the installed transformers gives a tokenizer.model alone SentencePiece's own ids
+    (5.24 does; 5.17 to 5.23 drop the leading "▁" and order the merges otherwise)."""
+    from vocabsurgeon.tokenizer.editor import PROBES
+
+    sp, tok = spm.SentencePieceProcessor(model_file=str(src / "tokenizer.model")), AutoTokenizer.from_pretrained(src)
+    return all(tok(t, add_special_tokens=False).input_ids == sp.encode(t) for t in PROBES)
+
+
+def test_a_sentencepiece_bpe_model_alone_is_read_in_metas_layout_and_its_words_are_kept(slow_only, tmp_path):
+    """Mistral's tokenizer.model as Mistral's own library ships it, with no tokenizer_config.json: transformers 5
+    converts it generically, with a Metaspace "always" pre-tokenizer that would put a "▁" after every added
+    token, so the Metaspace BPE family took only words of two pieces (issue 20: the published Mistral 7B v0.1
+    and v0.3 files kept none of 16 ordinary words). It is read in Meta's layout, which gives the same ids.
+    A transformers that converts it otherwise than SentencePiece tokenizes it is refused in one line (issue 38)."""
+    from vocabsurgeon.tokenizer.families.sentencepiece_bpe import as_meta_layout
+    from vocabsurgeon.tokenizer.editor import convert_slow_tokenizer
+
+    src = _mistral_layout(slow_only, tmp_path / "src")
+    if not converts_as_sentencepiece(src):
+        import transformers
+
+        r = CliRunner().invoke(cli, ["add", "-t", "Frodo", str(src), str(tmp_path / "out")])
+        assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.output
+        assert r.stderr.startswith(f"Error: {src / 'tokenizer.model'}: transformers {transformers.__version__} converts "
+                                   "it otherwise than SentencePiece tokenizes it ("), r.stderr
+        assert not (tmp_path / "out").exists()
+        return
     data, cls = convert_slow_tokenizer(src)
-    assert cls == "TokenizersBackend"
     assert data["pre_tokenizer"] is None and [n["type"] for n in data["normalizer"]["normalizers"]] == ["Prepend",
                                                                                                       "Replace"]
     as_converted = AutoTokenizer.from_pretrained(src).backend_tokenizer
-    assert json.loads(as_converted.to_str())["pre_tokenizer"]["pretokenizers"][0]["prepend_scheme"] == "always"
     ours = Tokenizer.from_str(json.dumps(data))
     for text in [*OLD_TEXTS, " a leading space", "  two, then\n a newline", "</s>after<s> and </s> before", "a▁b", "",
                  "▁x", " "]:
@@ -767,7 +789,34 @@ def test_a_sentencepiece_bpe_model_alone_is_read_in_metas_layout_and_its_words_a
             ids = new(text, add_special_tokens=False).input_ids
             assert ids.count(ids_of[w]) == text.count(w) and new.decode(ids) == text, (text, new.convert_ids_to_tokens(ids))
     # issue 32: the output named no BOS, EOS or UNK (the converting class gave them to the input, no file did)
-    assert new.eos_token == old.eos_token == "</s>"
+    assert (new.bos_token, new.eos_token, new.unk_token) == (old.bos_token, old.eos_token, old.unk_token) == \
+        ("<s>", "</s>", "<unk>")
+    check_same_tokenizer_behaviour(src, tmp_path / "out")
+
+
+def test_a_sentencepiece_model_alone_keeps_its_special_tokens_when_every_word_is_a_merge(slow_only, tmp_path):
+    """Issue 38: where every new word is a merge (here --gguf-parity keeps only those), no other change named the
+    tokenizer class, so the output had no tokenizer_config.json and loaded with no BOS, EOS or UNK token."""
+    src = _mistral_layout(slow_only, tmp_path / "src")
+    if not converts_as_sentencepiece(src):
+        pytest.skip("this transformers converts a tokenizer.model alone otherwise than SentencePiece: refused (above)")
+    sp = spm.SentencePieceProcessor(model_file=str(src / "tokenizer.model"))
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    # made-up words of two pieces, "▁" + word-start piece and a word piece: a merge each
+    words = [w for a in pieces if a.startswith("▁") and len(a) >= 4 and a[1:].isalpha()
+             for b in pieces if b.isalpha() and len(b) >= 3
+             for w in [a[1:] + b] if w not in " ".join(OLD_TEXTS) and sp.encode(f" {w}", out_type=str) == ["▁", a, b]][:3]
+    summary = _add(src, tmp_path / "out", "--gguf-parity", *_tokens_args(words))
+    assert len(summary["added"]) == 3 and {a["mechanism"] for a in summary["added"]} == {"merge"}, summary["added"]
+    old, new = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(tmp_path / "out")
+    assert (new.bos_token, new.eos_token, new.unk_token) == (old.bos_token, old.eos_token, old.unk_token) == \
+        ("<s>", "</s>", "<unk>")
+    assert new.all_special_tokens == old.all_special_tokens
+    assert any(n.startswith("tokenizer.model converted to tokenizer.json with transformers' ") and
+               "; tokenizer_config.json written with tokenizer_class PreTrainedTokenizerFast, bos_token '<s>', "
+               "eos_token '</s>', unk_token '<unk>'" in n for n in summary["tokenizer_notes"]), summary["tokenizer_notes"]
+    for text in OLD_TEXTS:
+        assert new(text).input_ids == old(text).input_ids, text
     check_same_tokenizer_behaviour(src, tmp_path / "out")
 
 

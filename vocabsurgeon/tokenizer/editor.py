@@ -160,7 +160,39 @@ def convert_slow_tokenizer(directory: str | Path, slow_file: str = SLOW_TOKENIZE
             f"{str(e).splitlines()[0] if str(e) else ''}); convert it yourself with "
             "AutoTokenizer.from_pretrained(dir).save_pretrained(dir), or check that sentencepiece and protobuf import"
         ) from None
+    if not (directory / TOKENIZER_CONFIG).exists():  # no class named: the .model alone says how text tokenizes
+        differs = _differs_from_sentencepiece(directory / slow_file, data)
+        if differs is not None:
+            import transformers
+
+            text, got, want = differs
+            raise InputError(
+                f"{directory / slow_file}: transformers {transformers.__version__} converts it otherwise than "
+                f"SentencePiece tokenizes it ({text!r}: ids {got}, SentencePiece {want}), and the output would keep "
+                "that; upgrade transformers (5.24 converts it as SentencePiece does) or add the model's tokenizer.json"
+            )
     return data, type(tok).__name__
+
+
+def _differs_from_sentencepiece(model_file: Path, data: dict) -> tuple[str, list[int], list[int]] | None:
+    """A probe text that `data`, transformers' conversion of the SentencePiece BPE file `model_file`, gives other
+    ids than SentencePiece itself does, with both; None where they agree (or it is no SentencePiece BPE file).
+
+    transformers 5.17 to 5.23 convert a tokenizer.model with no tokenizer_config.json (Mistral's own layout)
+    without the leading "▁" and with its merges in another order ("Hello": "Hello", not "▁Hello")."""
+    if (data.get("model") or {}).get("type") != "BPE":
+        return None
+    try:
+        import sentencepiece
+
+        sp = sentencepiece.SentencePieceProcessor(model_file=str(model_file))
+    except Exception:  # not a SentencePiece file (vocab.json, vocab.txt): nothing to compare with
+        return None
+    texts = list(PROBES)
+    for text, got, want in zip(texts, encode_ids(unpadded(Tokenizer.from_str(json.dumps(data))), texts), sp.encode(texts)):
+        if got != want:
+            return text, got, want
+    return None
 
 
 class TokenizerEditor:
@@ -440,7 +472,12 @@ class TokenizerEditor:
                          "steps that give every text the same ids, so that new words are added tokens matched on "
                          "normalized text (as in Meta's Llama 2 layout)")
         if self.converted_from:
-            notes.append(f"{self.slow_file} converted to {TOKENIZER_FILE} with transformers' {self.converted_from}")
+            # with no tokenizer_config.json, only the converting class knew the BOS, EOS, UNK and special tokens
+            written = (f"; {TOKENIZER_CONFIG} written with tokenizer_class PreTrainedTokenizerFast"
+                       + "".join(f", {k} {f'({len(v)} tokens)' if isinstance(v, list) else repr(v)}"
+                                 for k, v in self._class_defaults().items())
+                       if self.config is None and not why_as_written else "")
+            notes.append(f"{self.slow_file} converted to {TOKENIZER_FILE} with transformers' {self.converted_from}{written}")
         if reuse is not None:
             taken = [t.id for t in new if t.id < start]
             notes.append(
@@ -838,7 +875,9 @@ class TokenizerEditor:
         Qwen2Tokenizer, ...) from vocab + merges with hard-coded options, which would drop ours
         and split the new words again. PreTrainedTokenizerFast loads tokenizer.json as written.
         """
-        needs_file_as_written = plan.file_as_written
+        # a converted tokenizer.model with no tokenizer_config.json (Mistral's layout): the BOS, EOS, UNK and special
+        # tokens come from the converting class only, so they are written, with tokenizer.json loaded as written
+        needs_file_as_written = plan.file_as_written or (self.converted_from is not None and self.config is None)
         if self.config is None and not needs_file_as_written and not plan.freed:
             return None
         cfg = json.loads(json.dumps(self.config or {}))
