@@ -37,10 +37,7 @@ from bench import common
 HERE = Path(__file__).resolve().parent
 BEGIN, END = "<!-- cov-bench:begin -->", "<!-- cov-bench:end -->"
 BEFORE = "96fed96"  # the commit of the per-chunk products
-SIZES = {
-    "1b": common.Size(128_256, 2048, 8192, 16, 32, 8, 1_600_000_000),  # validate_bench's 1B-class, 3.0 GB
-    "tiny": common.SIZES["tiny"],
-}
+SIZES = {k: common.SIZES[k] for k in ("1b", "tiny")}  # 1b: validate_bench's 1B-class shapes, 3.0 GB
 
 
 def load_avg() -> float:
@@ -104,7 +101,7 @@ def covariance(rows: int, hidden: int, old_rows: int) -> dict:
 
 def add_runs(size_name: str, work: Path, repeats: int) -> dict:
     size = SIZES[size_name]
-    src = work / f"ckpt-cov-{size_name}"
+    src = work / f"ckpt-{size_name}"  # add_bench's checkpoint of that size
     if not (src / "model.safetensors.index.json").exists():
         common.generate(size, src)
     tokens = work / f"tokens-cov-{size.new_tokens}.txt"
