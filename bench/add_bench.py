@@ -5,7 +5,10 @@
 
 Subcommands: `generate` (the checkpoint), `run` (time each way in its own process, medians), `many`
 (50,000 tokens in one run; encode speed before and after), `all` (the three, then its RESULTS.md block).
-Sizes: `full` (~6 GB), `quick` (~0.5 GB), `tiny` (a few MB, seconds: tests/benchmarks/test_bench.py).
+`run` and `all` end with one `python -m tools.phases` run of `add` and of `add --no-fsync`: the time
+split (plan, copy, init, write, fsync, verify) goes into the block, so that a slower phase shows.
+Sizes: `full` (~6 GB), `1b` (~3 GB, hidden 2048), `quick` (~0.5 GB), `tiny` (a few MB, seconds:
+tests/benchmarks/test_bench.py).
 """
 
 from __future__ import annotations
@@ -16,11 +19,12 @@ import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-from bench.common import (SIZES, WORK, RESULTS, Sample, drop, du, gb, generate, has_no_validate,
+from bench.common import (SIZES, WORK, RESULTS, Sample, bench_env, drop, du, gb, generate, has_no_validate,
                           known_words, machine, make_words, measure, module_command, read_all, sample_text,
                           vocabsurgeon_command, write_block)
 
@@ -36,10 +40,57 @@ def commands(src: Path, out: Path, tokens: Path) -> dict[str, list[str]]:
     return {
         "transformers": me + ["_transformers", str(src), str(out), str(tokens)],
         "vocabsurgeon": vs + [str(src), str(out)],
+        "vocabsurgeon --no-fsync": vs + ["--no-fsync", str(src), str(out)],
         "vocabsurgeon --link": vs + ["--link", str(src), str(out)],
         "floor (copy)": me + ["_floor", str(src), str(out)],
         "floor (link)": me + ["_floor", "--link", str(src), str(out)],
+        # what a user's copy costs: sync flushes every dirty page of the machine, not only these
+        "cp -r + sync": ["sh", "-c", 'cp -r "$0" "$1" && sync', str(src), str(out)],
     }
+
+
+# The steps tools/phases.py times, by what they do. Reads are inside "copy" (the old bytes, copy_file_range)
+# and "init" (the statistics stream the old rows); "write" is the new rows, the tokenizer, config, index, card.
+PHASE_KIND = {"plan_tokens": "plan", "copy_old_bytes": "copy", "copy_file": "copy", "_all_new_rows": "init",
+              "write_rows": "write", "_write_metadata_files": "write", "_copy_other_files": "write",
+              "write_model_card": "write", "fsync": "fsync", "fdatasync": "fsync", "verify_tokenizer": "verify",
+              "_verify_rows": "verify", "_verify": "verify", "rows_kept": "verify"}
+KINDS = ("plan", "copy", "init", "write", "fsync", "verify")
+
+
+def phases(src: Path, out: Path, tokens: Path, extra: list[str]) -> dict:
+    """One `python -m tools.phases add ... EXTRA` run: every timed step (name, thread, start, seconds) and
+    the wall time each kind of step kept busy (the union of its intervals, over all threads)."""
+    drop(out)
+    os.sync()
+    read_all(src)
+    cmd = [sys.executable, "-m", "tools.phases", "add", "--tokens", str(tokens), "--init", "mean", "-q"]
+    cmd += (["--no-validate"] if has_no_validate() else []) + extra + [str(src), str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=bench_env(), check=False)
+    drop(out)
+    if r.returncode != 0:
+        raise SystemExit(f"bench: {' '.join(cmd)} exited {r.returncode}:\n{r.stderr[-3000:]}")
+    steps, total = [], None
+    for line in r.stderr.splitlines():
+        f = line.split()
+        if len(f) == 3 and f[0] == "total":
+            total = float(f[2])
+        elif len(f) == 4 and f[0] in PHASE_KIND:
+            steps.append({"step": f[0], "thread": f[1], "start": float(f[2]), "seconds": float(f[3])})
+    busy = {}
+    for kind in KINDS:
+        spans = sorted((s["start"], s["start"] + s["seconds"]) for s in steps if PHASE_KIND[s["step"]] == kind)
+        t, end = 0.0, None
+        for a, b in spans:
+            if end is None or a > end:
+                t += b - a
+                end = b
+            elif b > end:
+                t += b - end
+                end = b
+        busy[kind] = t
+    return {"extra": " ".join(extra), "steps": steps, "total": total, "busy": busy, "load": os.getloadavg()[0],
+            "command": " ".join(cmd)}
 
 
 def transformers_way(src: str, out: str, tokens_file: str) -> None:
@@ -122,11 +173,13 @@ def run(size_name: str, work: Path, repeats: int, skip: set[str]) -> dict:
             loads.append(os.getloadavg()[0])
     drop(out)
     os.sync()
+    split = [phases(src, out, tokens, extra) for extra in ([], ["--no-fsync"])]
     med = {k: {"wall": statistics.median(s.wall for s in v), "rss": statistics.median(s.rss for s in v),
                "walls": [round(s.wall, 3) for s in v], "rsss": [s.rss for s in v]} for k, v in samples.items()}
     return {"size": size_name, "shape": size.__dict__, "src_bytes": du(src), "shards": len(list(src.glob("*.safetensors"))),
             "vocab_matrix_bytes": size.vocab * size.hidden * 2, "repeats": repeats, "median": med,
-            "load": [round(x, 2) for x in loads], "commands": {k: " ".join(v) for k, v in cmds.items()}}
+            "load": [round(x, 2) for x in loads], "commands": {k: " ".join(v) for k, v in cmds.items()},
+            "phases": split}
 
 
 def encode_seconds(tokenizer_json: Path, text: str, repeats: int = 3) -> tuple[float, int]:
@@ -180,10 +233,17 @@ def many(size_name: str, work: Path, count: int | None, timeout: float, mem_gb: 
     return result
 
 
-def report(res: dict, many_res: dict | None, info: dict, argv: list[str]) -> str:
+def markers(block: str = "bench") -> tuple[str, str]:
+    """The markers of this script's block in RESULTS.md: `bench` for the figures of record (`--size full`),
+    another name (`--block bench-1b`) to keep a run of another size beside them."""
+    return f"<!-- {block}:begin -->", f"<!-- {block}:end -->"
+
+
+def report(res: dict, many_res: dict | None, info: dict, argv: list[str], block: str = "bench") -> str:
     """The markdown block written between the markers of RESULTS.md."""
     med = res["median"]
-    L = [BEGIN, "", f"Generated by `python -m bench.add_bench {' '.join(argv)}` on {time.strftime('%Y-%m-%d %H:%M')}.", ""]
+    begin, end = markers(block)
+    L = [begin, "", f"Generated by `python -m bench.add_bench {' '.join(argv)}` on {time.strftime('%Y-%m-%d %H:%M')}.", ""]
     L += ["**Machine:** " + ", ".join(f"{k} {v}" for k, v in info.items()) + ".", ""]
     sh = res["shape"]
     L += [f"**Checkpoint** (`{res['size']}`): Llama, untied, bf16, vocab {sh['vocab']:,}, hidden {sh['hidden']}, "
@@ -214,7 +274,10 @@ def report(res: dict, many_res: dict | None, info: dict, argv: list[str]) -> str
         r = med["vocabsurgeon"]["rss"]
         rows.append(f"| peak RSS of vocabsurgeon, absolute | {gb(r)} | <= one vocabulary matrix + interpreter "
                     f"({gb(bound)}) | {'yes' if r <= bound else '**no**'} |")
+    ratio("time: vocabsurgeon --no-fsync / floor (copy)", "vocabsurgeon --no-fsync", "floor (copy)", "wall", 1.3, "le")
+    ratio("time: vocabsurgeon / cp -r + sync", "vocabsurgeon", "cp -r + sync", "wall", 1.3, "le")
     L += ["| ratio | measured | target | met |", "|---|---:|---|---|", *rows, ""]
+    L += phase_table(res.get("phases") or [])
     if many_res:
         L += [f"**Adding {many_res['tokens']:,} tokens in one run** (`--link`, mean init):", ""]
         if "error" in many_res:
@@ -231,13 +294,31 @@ def report(res: dict, many_res: dict | None, info: dict, argv: list[str]) -> str
     L += [f"{k}: {v}" for k, v in res["commands"].items()]
     if many_res:
         L.append(f"many: {many_res['command']}")
-    L += ["```", "", END]
+    L += ["```", "", end]
     return "\n".join(L)
 
 
-def write_results(path: Path, block: str) -> None:
-    """This script's block (between BEGIN and END) into `path`."""
-    write_block(path, block, BEGIN, END)
+def phase_table(split: list[dict]) -> list[str]:
+    """The time split of the `tools.phases` runs: busy seconds per kind of step, then every step."""
+    if not split:
+        return []
+    names = [f"`add{' ' + p['extra'] if p['extra'] else ''}`" for p in split]
+    L = ["**Where the time goes** (`python -m tools.phases`, one run each, after the runs above; seconds each kind "
+         "of step kept busy, over all threads: the copy thread overlaps the main thread's planning and init):", "",
+         "| step | " + " | ".join(names) + " |", "|---|" + "---:|" * len(split)]
+    for kind in KINDS:
+        L.append(f"| {kind} | " + " | ".join(f"{p['busy'][kind]:.2f}" for p in split) + " |")
+    L.append("| total (wall) | " + " | ".join(f"{p['total']:.2f}" for p in split) + " |")
+    L.append("| load average (1 min) | " + " | ".join(f"{p['load']:.2f}" for p in split) + " |")
+    L += ["", f"Steps of {names[0]} (thread, start, seconds):", "", "| step | thread | start | seconds |",
+          "|---|---|---:|---:|"]
+    L += [f"| `{s['step']}` | {s['thread']} | {s['start']:.2f} | {s['seconds']:.2f} |" for s in split[0]["steps"]]
+    return L + [""]
+
+
+def write_results(path: Path, block: str, name: str = "bench") -> None:
+    """This script's block (between the markers of `name`) into `path`."""
+    write_block(path, block, *markers(name))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -261,6 +342,8 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("--repeats", type=int, default=None, help="runs per configuration (default 3; 1 for tiny)")
         p.add_argument("--skip", action="append", default=[], help="a configuration to leave out (repeatable)")
         p.add_argument("--results", type=Path, default=RESULTS)
+        p.add_argument("--block", default="bench", help="the block's markers in RESULTS.md (default bench: the "
+                       "figures of record; e.g. bench-1b for another size)")
         p.add_argument("--many", type=int, default=None, help="tokens for the many-tokens run (default per size)")
         p.add_argument("--many-timeout", type=float, default=3600)
         p.add_argument("--many-mem-gb", type=float, default=12, help="address-space limit of the many-tokens run")
@@ -292,10 +375,10 @@ def main(argv: list[str] | None = None) -> None:
     repeats = a.repeats or (1 if a.size == "tiny" else 3)
     res = run(a.size, a.work, repeats, set(a.skip))
     many_res = many(a.size, a.work, a.many, a.many_timeout, a.many_mem_gb) if a.cmd == "all" and a.many != 0 else None
-    block = report(res, many_res, machine(), argv)
+    block = report(res, many_res, machine(), argv, a.block)
     print(block)
     (a.work / f"results-{a.size}.json").write_text(json.dumps({"run": res, "many": many_res}, indent=2))
-    write_results(a.results, block)
+    write_results(a.results, block, a.block)
     if a.clean:
         shutil.rmtree(a.work, ignore_errors=True)
 

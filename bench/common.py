@@ -67,6 +67,8 @@ class Size:
 SIZES = {
     # Llama-3-8B shapes with 9 layers instead of 32: 2 x 1.05 GB vocabulary + 9 x 0.44 GB = 6.0 GB.
     "full": Size(128_256, 4096, 14336, 9, 32, 8, 1_600_000_000),
+    # Llama-3.2-1B shapes (hidden 2048, 16 layers), untied: 2 x 0.5 GB vocabulary + 16 x 0.13 GB = 3.0 GB.
+    "1b": Size(128_256, 2048, 8192, 16, 32, 8, 1_600_000_000),
     "quick": Size(32_256, 1024, 3584, 8, 8, 2, 160_000_000),
     "tiny": Size(1_280, 64, 128, 2, 4, 2, 60_000, specials=16, new_tokens=100, many_tokens=500),
 }

@@ -117,6 +117,7 @@ class _Scatter:
         self.offsets: list[np.ndarray] = []  # m_b - s_b, where block b was centred on s_b (its mean in float32)
         self.m2 = (torch.zeros((width, width), dtype=torch.float64, device=device) if torch is not None
                    else np.zeros((width, width), dtype=np.float64))
+        self.gram: np.ndarray | None = None  # one block's product, reused (fresh 64 MiB arrays fault in their pages)
 
     def add(self, chunk: np.ndarray, sums: np.ndarray) -> None:
         """Rows `chunk` (finite) with their float64 column sums `sums`; copied (`chunk` may be reused)."""
@@ -156,7 +157,10 @@ class _Scatter:
         if torch is not None:
             self.m2 += (x.T @ x).double()
         else:
-            np.add(self.m2, x.T @ x, out=self.m2)  # x.T @ x of one array: syrk
+            if self.gram is None or self.gram.dtype != x.dtype:
+                self.gram = np.empty((self.width, self.width), dtype=x.dtype)
+            np.matmul(x.T, x, out=self.gram)  # x.T @ x of one array: BLAS's syrk
+            np.add(self.m2, self.gram, out=self.m2)
         self.counts.append(n)
         self.means.append(m)
         self.offsets.append(offset)
@@ -170,7 +174,9 @@ class _Scatter:
         w = np.sqrt(np.asarray(self.counts, dtype=np.float64))[:, None]
         between = w * (np.asarray(self.means) - mean)  # sqrt(n_b) (m_b - m)
         shifted = w * np.asarray(self.offsets)  # sqrt(n_b) (m_b - s_b): block b's product is about s_b
-        return m2 + between.T @ between - shifted.T @ shifted
+        # m2 + between.T @ between - shifted.T @ shifted, in one product and in place
+        m2 += np.concatenate([between, shifted]).T @ np.concatenate([between, -shifted])
+        return m2
 
 
 def accumulate_stats(
@@ -257,8 +263,10 @@ def accumulate_stats(
     mean = total / n
     c = None
     if cov:
-        c = scatter.result(mean) / n
-        c = (c + c.T) / 2
+        c = scatter.result(mean)
+        c /= n
+        c += c.T  # symmetric to the last bit (the rank-1 terms' product is not); numpy copies the overlapping c.T
+        c *= 0.5
     return RowStats(n, mean, c)
 
 

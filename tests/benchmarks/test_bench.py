@@ -18,7 +18,8 @@ from bench import real_model
 
 REPO = Path(__file__).resolve().parents[2]
 
-CONFIGS = ["transformers", "vocabsurgeon", "vocabsurgeon --link", "floor (copy)", "floor (link)"]
+CONFIGS = ["transformers", "vocabsurgeon", "vocabsurgeon --no-fsync", "vocabsurgeon --link", "floor (copy)", "floor (link)",
+           "cp -r + sync"]
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +52,20 @@ def test_tiny_mode_runs_every_configuration_and_reports_it(tiny_run):
     assert "| time: transformers / vocabsurgeon (copy) |" in text
     assert "| peak RSS: transformers / vocabsurgeon |" in text
     assert "| time: vocabsurgeon --link / floor (link) |" in text
+
+
+def test_tiny_mode_reports_where_the_time_goes_planning_included(tiny_run):
+    # the time split of `add` and `add --no-fsync` (tools.phases): a slower planning shows in the block
+    _, work, results = tiny_run
+    split = json.loads((work / "results-tiny.json").read_text())["run"]["phases"]
+    assert [p["extra"] for p in split] == ["", "--no-fsync"]
+    for p in split:
+        assert p["total"] > 0 and p["busy"]["plan"] > 0 and p["busy"]["copy"] > 0 and p["busy"]["verify"] > 0
+        assert {"plan_tokens", "_all_new_rows", "write_rows"} <= {s["step"] for s in p["steps"]}
+    fsyncs = [sum(s["step"] == "fsync" for s in p["steps"]) for p in split]
+    assert fsyncs[0] > 2 and fsyncs[1] <= 1  # --no-fsync: only the output's parent directory, after the rename
+    text = results.read_text()
+    assert "| plan | " in text and "| fsync | " in text and "| `plan_tokens` | MainThread |" in text
 
 
 def test_tiny_mode_keeps_the_prose_and_replaces_the_old_block(tiny_run):
