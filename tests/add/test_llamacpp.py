@@ -55,19 +55,19 @@ def test_llama_cpp_tokenizes_the_output_as_transformers_does(name, tmp_path):
     done = llamacpp.convert(tmp_path / "out", tmp_path / "out.gguf")
     assert done.returncode == 0, done.stderr[-2000:]
 
-    # An entry that only ignore_merges reaches is split by llama.cpp (which applies it for few pre-tokenizer
-    # types); it is written only where no merge and no added token fits: a bare form of three or more pieces
-    # whose word-start form is one token already (an added token would split that token).
-    old = AutoTokenizer.from_pretrained(src)
+    # An entry that only ignore_merges reaches (a byte-level form that is no merge of two pieces, issue 39: never an
+    # added token, which would re-split longer words) is reached by llama.cpp only for the pre-tokenizer types where
+    # it applies ignore_merges (Llama 3's llama-bpe); elsewhere (GPT-2's) llama.cpp gives the word its old pieces,
+    # the ids the input gave it: old text keeps its ids in both.
     byte_level = summary["tokenizer_family"] == "byte-level-bpe"
-    last_resort = {a["token"] for a in summary["added"] if a["mechanism"] == "vocab" and byte_level}
-    for w in last_resort:
-        assert len(old(w, add_special_tokens=False)["input_ids"]) >= 3, w
-        assert len(old(" " + w, add_special_tokens=False)["input_ids"]) == 1, w
-    texts = _texts([w for w in WORDS if w not in last_resort])
+    entries = {a["token"] for a in summary["added"] if a["mechanism"] == "vocab" and byte_level}
+    reached = name == "llama3"
+    texts = _texts([w for w in WORDS if reached or w not in entries])
     assert llamacpp.mismatches(tmp_path / "out", tmp_path / "out.gguf", texts) == []
+    if entries and not reached:
+        assert llamacpp.mismatches(src, tmp_path / "out.gguf", _texts(sorted(entries))) == []
     new = AutoTokenizer.from_pretrained(tmp_path / "out")
-    for a in summary["added"]:  # the words are new tokens in both
+    for a in summary["added"]:  # the words are new tokens in transformers
         assert new(a["form"], add_special_tokens=False)["input_ids"] == [a["id"]], a
 
 

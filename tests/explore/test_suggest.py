@@ -377,3 +377,19 @@ def test_a_hash_word_is_written_escaped_and_read_back_as_itself(tmp_path):
     path.write_text(suggest_module.Suggestion("ckpt", counts, words).tokens_file(), encoding="utf-8")
     assert path.read_text(encoding="utf-8") == "\\#include\nFrodo\n"
     assert read_tokens_file(path) == ["#include", "Frodo"]
+
+
+def test_fragments_of_longer_identifiers_are_not_proposed_and_one_paragraph_does_not_dominate(tmp_path):
+    """Issue 39: on Python docstrings `suggest` proposed REQ, BAD and INET (from REQUEST, BADGE, AF_INET6 and
+    ALERT_DESCRIPTION_BAD_CERT lists), and its top words came from one paragraph's list."""
+    one_list = " ".join(f"ALERT_DESCRIPTION_BAD_CERT{i} Serialization" for i in range(40))
+    prose = [f"The Kubernetes controller sends a REQUEST to the REQ queue with a BADGE; BAD BADGE REQUEST {i}."
+             for i in range(12)]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join([one_list, *prose, "AF_INET6 AF_INET6 INET6 AF_INET AF_INET6"]), encoding="utf-8")
+    counts = count_words(counting_tokenizer(FIXTURES / "gpt2-tiny"), corpus)
+    words = [c.word for c in rank(counts, min_count=2)]
+    assert {"REQ", "BAD", "INET", "ALERT", "DESCRIPTION"}.isdisjoint(words)
+    assert {"Kubernetes", "REQUEST", "BADGE"} <= set(words)
+    assert words.index("Kubernetes") < words.index("Serialization")  # 12 paragraphs beat 40 times in one
+    assert suggest_module.fragments(counts, ["REQ", "Kubernetes"]) == {"REQ"}

@@ -690,3 +690,22 @@ def test_a_tokenization_failure_asks_for_no_init_and_a_model_failure_asks_for_me
         "names, or report it with the model name and the tokens, or pass --no-validate to skip the checks")
     assert next_step(kl, "zeros") == "Try --init mean, or pass --no-validate to skip the checks"
     assert next_step(kl, "mean") == "Pass --no-validate to skip the checks"
+
+
+def test_a_longer_word_that_a_new_word_re_splits_fails_validation_unless_the_plan_reported_it():
+    """Issue 39: the validation corpus had no word holding a new word, and an added token "REQ" re-split
+    "REQUEST" unnoticed. The tokenization check now tokenizes every corpus word that holds a new word."""
+    from transformers import AutoTokenizer
+
+    from published_models import fetch
+    from vocabsurgeon.validation.validate import longer_words
+
+    old = AutoTokenizer.from_pretrained(fetch("gpt2"))
+    new = AutoTokenizer.from_pretrained(fetch("gpt2"))
+    new.add_tokens(["REQ", " REQ"])  # matched anywhere in raw text, as `add` wrote most words before
+    ids = {"REQ": {new.convert_tokens_to_ids("REQ"), new.convert_tokens_to_ids(" REQ")}}
+    text = ["A REQUEST for REQ, and REQ_ID."]
+    checked, changed = longer_words(old, new, text, ids, reported=set())
+    assert checked == 1 and [c["text"] for c in changed] == ["REQUEST", " REQUEST"]
+    assert longer_words(old, new, text, ids, reported={"REQ"})[1] == []
+    assert longer_words(old, new, text, ids)[1] == []  # run alone: an added token's word counts as reported

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -27,6 +28,10 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_TOP = 1000
 DEFAULT_MIN_COUNT = 2
+# A word counts at most this many times per paragraph when ranking: one list in one paragraph (a table of
+# ALERT_DESCRIPTION_* names) does not make its words the corpus's most common
+PER_PARAGRAPH = 3
+IDENTIFIER = re.compile(r"\w+")  # a run of letters, digits and "_": a word or an identifier ("AF_INET6")
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,11 @@ class CorpusCounts:
     bytes: int  # UTF-8 bytes read (a BOM excluded)
     tokens: int  # tokens of the whole corpus under the original tokenizer
     occurrences: Counter  # (span, pieces) -> count, for spans of 2+ pieces; span = the word, or " " + word
+    # (span, pieces) -> occurrences counted at most PER_PARAGRAPH times per paragraph (`rank` orders by these)
+    spread: Counter = field(default_factory=Counter)
+    # identifier -> count, for each run of letters, digits and "_" (`IDENTIFIER`) that holds a counted span
+    # and is longer than it ("AF_INET6" for "INET"): a word seen mostly there is a fragment (`fragments`)
+    identifiers: Counter = field(default_factory=Counter)
 
 
 @dataclass
@@ -189,17 +199,23 @@ def count_words(tok: Tokenizer, corpus: str | os.PathLike, *, chunk_chars: int =
     marker = word_start_marker(tok)
     reader = Reader(path, min(chunk_chars, MAX_ITEM_CHARS))
     occurrences: Counter = Counter()
+    spread: Counter = Counter()
+    identifiers: Counter = Counter()
     tokens = 0
     reported = 0
     for batch in batches(reader, chunk_chars):
         for text, enc in zip(batch, tok.encode_batch(batch, add_special_tokens=False)):
             tokens += len(enc.ids)
+            here: Counter = Counter()
             for start, end, n in _words(text, enc, marker):
                 if n >= 2:
                     span = text[start:end]
                     if marker and not (span[-1].isalnum() and span.lstrip()[:1].isalnum()):
                         continue  # a piece that holds letters and punctuation ("s." of "days."): not one word
-                    occurrences[span, n] += 1
+                    here[span, n] += 1
+            occurrences.update(here)
+            spread.update({k: min(v, PER_PARAGRAPH) for k, v in here.items()})
+            identifiers.update(IDENTIFIER.findall(text))
         if progress:
             progress(reader.pos - reported)
             reported = reader.pos
@@ -207,7 +223,7 @@ def count_words(tok: Tokenizer, corpus: str | os.PathLike, *, chunk_chars: int =
         progress(reader.pos - reported)
     if reader.bytes == 0:
         raise InputError(f"{path}: the corpus is empty; pass a UTF-8 text file with the domain's text")
-    return CorpusCounts(path, reader.bytes, tokens, occurrences)
+    return CorpusCounts(path, reader.bytes, tokens, occurrences, spread, identifiers)
 
 
 def _proposable(word: str) -> bool:
@@ -226,6 +242,7 @@ def rank(counts: CorpusCounts, tok: Tokenizer | None = None, *, min_count: int =
     that normalize alike.
     """
     words: dict[str, Candidate] = {}
+    spread: Counter = Counter()
     for (span, pieces), n in counts.occurrences.items():
         word = span.removeprefix(" ")
         if not _proposable(word):
@@ -233,6 +250,9 @@ def rank(counts: CorpusCounts, tok: Tokenizer | None = None, *, min_count: int =
         c = words.setdefault(word, Candidate(word, 0, 0))
         c.count += n
         c.tokens += n * pieces
+        spread[word] += counts.spread.get((span, pieces), n) * (pieces - 1)
+    fragment = fragments(counts, list(words))
+    words = {w: c for w, c in words.items() if w not in fragment}
     normalizer = tok.normalizer if tok is not None else None
     if normalizer is not None:
         groups: dict[str, list[Candidate]] = {}
@@ -245,8 +265,22 @@ def rank(counts: CorpusCounts, tok: Tokenizer | None = None, *, min_count: int =
     else:
         merged = list(words.values())
     kept = [c for c in merged if c.count >= min_count and c.saving > 0]
-    kept.sort(key=lambda c: (-c.saving, -c.count, c.word))
+    # ranked by the saving spread over paragraphs (each paragraph counts a word at most PER_PARAGRAPH times)
+    kept.sort(key=lambda c: (-spread.get(c.word, c.saving), -c.saving, -c.count, c.word))
     return kept
+
+
+def fragments(counts: CorpusCounts, words: list[str]) -> set[str]:
+    """The words that the corpus shows mostly inside longer identifiers or words: more occurrences of
+    identifiers that hold the word inside them ("REQ" in "REQUEST", "INET" in "AF_INET6", "BAD" in "BADGE" and
+    "ALERT_BAD_CERT") than of the word standing alone. Such a word is a fragment, not a word of the domain;
+    and once added it would be one token in few places (a new word never re-splits a longer word)."""
+    from ..tokenizer.resplit import Holders
+
+    inside: Counter = Counter()
+    for w, holders in Holders(counts.identifiers).holding(words).items():
+        inside[w] += sum(counts.identifiers[h] for h in holders)
+    return {w for w in words if inside[w] > counts.identifiers.get(w, 0)}
 
 
 # ---------------------------------------------------------------------------------------------
