@@ -123,6 +123,19 @@ def _weighted(tok: Tokenizer, chunks: Counter, split: re.Pattern | None) -> Coun
     return out
 
 
+def _find(s: list[int], a: int, b: int, start: int, m: int) -> int:
+    """The first k >= start with s[k], s[k + 1] == a, b, or -1."""
+    k = start
+    while True:
+        try:
+            k = s.index(a, k, m - 1)
+        except ValueError:
+            return -1
+        if s[k + 1] == b:
+            return k
+        k += 1
+
+
 @dataclass
 class Learned:
     """The merges learned, in order, with the count of each when it was chosen, and what was refused."""
@@ -240,6 +253,17 @@ def learn_merges(tok: Tokenizer, words: Counter, n: int, *, vocab: dict[str, int
     heapq.heapify(heap)
     made: set[str] = set(chars)
     learned = Learned([], [], chars, refused, words=len(seqs), tokens_before=before)
+    touched: set[tuple[int, int]] = set()
+
+    def inc(q: tuple[int, int], i: int, f: int) -> None:
+        pair_count[q] = pair_count.get(q, 0) + f
+        ws = where.get(q)
+        if ws is None:
+            where[q] = {i}
+        else:
+            ws.add(i)
+        touched.add(q)
+
     while len(chars) + len(learned.merges) < n and heap:
         negc, p = heapq.heappop(heap)
         c = pair_count.get(p, 0)
@@ -263,46 +287,50 @@ def learn_merges(tok: Tokenizer, words: Counter, n: int, *, vocab: dict[str, int
         if why is not None:
             refused[why] = refused.get(why, 0) + 1
             pair_count.pop(p, None)  # never chosen again; the words keep the pair
+            where.pop(p, None)
             continue
         new = sym(piece)
         ok_symbol.append(True)
         made.add(piece)
         learned.merges.append((sym.text[a], sym.text[b]))
         learned.counts.append(c)
-        touched: set[tuple[int, int]] = set()
+        # Only the pairs beside each occurrence change: (x, a) becomes (x, new) and (b, y) becomes (new, y).
+        # A word that no longer holds a pair stays in its index entry (scanned for nothing later), as the
+        # Rust trainer's index does; occurrences are found with list.index (C speed), left to right.
         for i in where.pop(p, ()):
             s, f = seqs[i], freqs[i]
+            m = len(s)
             out: list[int] = []
-            j, m = 0, len(s)
-            while j < m:
-                if j + 1 < m and s[j] == a and s[j + 1] == b:
-                    out.append(new)
-                    j += 2
-                else:
-                    out.append(s[j])
-                    j += 1
-            old_pairs = list(zip(s, s[1:]))
-            new_pairs = list(zip(out, out[1:]))
-            for q in old_pairs:
-                if q != p and q in pair_count:
-                    pair_count[q] -= f
-            for q in new_pairs:
-                if q in pair_count or new in q:
-                    pair_count[q] = pair_count.get(q, 0) + f
-                if new in q:
-                    touched.add(q)
-            gone = set(old_pairs).difference(new_pairs)
-            gone.discard(p)
-            for q in gone:
-                ws = where.get(q)
-                if ws is not None:
-                    ws.discard(i)
-            for q in new_pairs:
-                if new in q:
-                    where.setdefault(q, set()).add(i)
-            seqs[i] = out
+            j = 0
+            prev_end = -1  # where the last merge of this word ended: a neighbour there is `new`, not `b`
+            while True:
+                k = _find(s, a, b, j, m)
+                if k < 0:
+                    out.extend(s[j:])
+                    break
+                out.extend(s[j:k])
+                if out:
+                    if k == prev_end:  # "a b a b": the (b, a) between was counted off by the merge before
+                        inc((new, new), i, f)
+                    else:
+                        q = (s[k - 1], a)
+                        if q != p and q in pair_count:
+                            pair_count[q] -= f
+                        inc((out[-1], new), i, f)
+                if k + 2 < m:
+                    y = s[k + 2]
+                    q = (b, y)
+                    if q != p and q in pair_count:
+                        pair_count[q] -= f
+                    if not (y == a and k + 3 < m and s[k + 3] == b):  # else: (new, new), counted there
+                        inc((new, y), i, f)
+                out.append(new)
+                j = prev_end = k + 2
+            if len(out) != m:
+                seqs[i] = out
         pair_count.pop(p, None)
         for q in touched:
             heapq.heappush(heap, (-pair_count[q], q))
+        touched.clear()
     learned.tokens_after = sum(len(s) * f for s, f in zip(seqs, freqs))
     return learned
