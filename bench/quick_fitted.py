@@ -3,6 +3,7 @@
     python -m bench.quick_fitted --model smollm2 --words 60 --results bench/RESULTS.md
     python -m bench.quick_fitted --model gemma3 --words 60 --runs mean oracle --results bench/RESULTS.md
     python -m bench.quick_fitted --model smollm2 --scale 10 100 1000 --runs mean fitted --results bench/RESULTS.md
+    python -m bench.quick_fitted --model smollm2 --words 60 --runs fitted "fitted --untie" --dtype bfloat16 --results ...
 
 Each run is one `vocabsurgeon add --no-validate` in its own process (wall time and peak RSS) on
 bench/domain.py's words and fit corpus, then validation's own usability figure alone: the held-out
@@ -12,7 +13,10 @@ train the new rows on those very sequences (bench/oracle.py): the attainable fig
 that sets only the new rows; each row's share of the gap is (mean - it) / (mean - oracle) at the
 same words. `--scale` takes the first N of `suggest`'s top max(N) words on the larger domain (every stdlib file's
 docstrings: the 41 modules give too few words). Rows accumulate in
-`--json` (by model, words and run), so runs on separate invocations make one table per model.
+`--json` (by model, words, run and dtype), so runs on separate invocations make one table per model.
+`--dtype` is add's: the dtype the fit runs the model in (bfloat16: what a GPU runs a bf16 checkpoint in);
+the figures are scored in float32 whatever the fit ran in, so that a row differs from its float32 row
+by the fit alone.
 """
 
 from __future__ import annotations
@@ -56,8 +60,9 @@ RUNS = {
 FIT_CORPUS_TOKENS = 16384  # positions of the fit corpus the "trained on the fit corpus" runs train on, at most
 
 
-def markers(model: str) -> tuple[str, str]:
-    return f"<!-- fitted-quick-{model}:begin -->", f"<!-- fitted-quick-{model}:end -->"
+def markers(model: str, block: str | None = None) -> tuple[str, str]:
+    name = block or f"fitted-quick-{model}"
+    return f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
 
 
 def bits(ckpt: Path, tok, paragraphs: list[str], new: NewIds | None) -> tuple[float, list[list[int]], int]:
@@ -68,9 +73,9 @@ def bits(ckpt: Path, tok, paragraphs: list[str], new: NewIds | None) -> tuple[fl
         return _bits(lm, seqs, len(prefix), new)[0], seqs, len(prefix)
 
 
-def add_command(src: Path, out: Path, tokens: Path, options: dict, fit: Path) -> list[str]:
+def add_command(src: Path, out: Path, tokens: Path, options: dict, fit: Path, dtype: str = "float32") -> list[str]:
     cmd = common.vocabsurgeon_command() + ["-q", "add", "--tokens", str(tokens), "--json", "--no-validate",
-                                           "--device", "cpu", "--force"]
+                                           "--device", "cpu", "--dtype", dtype, "--force"]
     for key, value in options.items():
         cmd += [f"--{key}"] if value is True else [f"--{key}", str(fit) if value == "fit" else str(value)]
     return cmd + [str(src), str(out)]
@@ -78,12 +83,12 @@ def add_command(src: Path, out: Path, tokens: Path, options: dict, fit: Path) ->
 
 def run(label: str, src: Path, tokens: Path, fit: Path, held: str, scratch: Path, args, old_bits: dict) -> dict:
     options, roles, *on = RUNS[label]
-    name = f"quick-{args.model}-{tokens.stem}-" + "".join(c for c in label if c.isalnum())  # one per run
+    name = f"quick-{args.model}-{tokens.stem}-{args.dtype}-" + "".join(c for c in label if c.isalnum())  # one per run
     out = scratch / name
     shutil.rmtree(out, ignore_errors=True)
     before = common.uptime()
     log = scratch / f"{name}.log"
-    sample = common.measure(add_command(src, out, tokens, options, fit), log)
+    sample = common.measure(add_command(src, out, tokens, options, fit, args.dtype), log)
     text = log.read_text()
     summary = json.JSONDecoder().raw_decode(text[text.index("{"):])[0]
     after = common.uptime()
@@ -108,7 +113,7 @@ def run(label: str, src: Path, tokens: Path, fit: Path, held: str, scratch: Path
     fitted = summary.get("fitted") or {}
     kl = (fitted.get("output") or {}).get("old_text_kl") or {}
     shutil.rmtree(out)
-    return {"model": args.model, "words": sum(1 for _ in read_tokens_file(tokens)), "init": label,
+    return {"model": args.model, "words": sum(1 for _ in read_tokens_file(tokens)), "init": label, "dtype": args.dtype,
             "ratio": new_bits / old_bits[scored], "bpb_old": old_bits[scored] / sum(len(p.encode()) for p in usable),
             "paragraphs": len(usable), "add_seconds": round(sample.wall, 1), "add_cpu_seconds": round(sample.cpu, 1),
             "peak_rss": sample.rss,
@@ -118,7 +123,7 @@ def run(label: str, src: Path, tokens: Path, fit: Path, held: str, scratch: Path
 
 
 def key(row: dict) -> tuple:
-    return row.get("domain", "domain"), row["words"], row["init"]
+    return row.get("domain", "domain"), row["words"], row["init"], row.get("dtype", "float32")
 
 
 def table(rows: list[dict], description: str) -> str:
@@ -138,9 +143,10 @@ def _rows(rows: list[dict], ref: dict) -> list[str]:
              "mean (bound) | `add` wall s (CPU s) | peak RSS MB | oracle Adam passes, loss nats/token before -> "
              "after | load average |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for r in sorted(rows, key=lambda r: (r["words"], list(RUNS).index(r["init"]))):
-        mean = ref.get(key({**r, "init": "mean"}))
-        best = min((ref[key({**r, "init": o})] for o in RUNS if "oracle" in o and key({**r, "init": o}) in ref),
+    for r in sorted(rows, key=lambda r: (r["words"], list(RUNS).index(r["init"]), r.get("dtype", "float32"))):
+        f32 = {**r, "dtype": "float32"}  # mean and the oracle run no model: their float32 rows are the reference
+        mean = ref.get(key({**f32, "init": "mean"}))
+        best = min((ref[key({**f32, "init": o})] for o in RUNS if "oracle" in o and key({**f32, "init": o}) in ref),
                    default=None)  # the full oracle, else the best part measured (then the share is an upper bound)
         share = f"{(mean - r['ratio']) / (mean - best):.0%}" if mean and best and mean != best else "-"
         kl = "-" if r.get("held_kl_mean") is None or r.get("oracle") else f"{r['held_kl_mean']:.5f} ({r['bound']:.5f})"
@@ -148,14 +154,15 @@ def _rows(rows: list[dict], ref: dict) -> list[str]:
         trained = f"{o['passes']}, {o['start_loss']:.3f} -> {o['final_loss']:.3f}" if o else "-"
         load = f"{common.load_average(r['uptime_before'])}-{common.load_average(r['uptime_after'])}"
         cpu = f" ({r['add_cpu_seconds']:.0f})" if r.get("add_cpu_seconds") is not None else ""
-        lines.append(f"| {r['words']} | {r['init']} | x{r['ratio']:.3f} | {share} | {kl} | {r['add_seconds']:.0f}{cpu} | "
+        init = r["init"] + (f", fit in {r['dtype']}" if r.get("dtype", "float32") != "float32" else "")
+        lines.append(f"| {r['words']} | {init} | x{r['ratio']:.3f} | {share} | {kl} | {r['add_seconds']:.0f}{cpu} | "
                      f"{r['peak_rss'] / 2**20:.0f} | {trained} | {load} |")
     return lines
 
 
 def publish(rows: list[dict], args) -> None:
     if args.results and rows:
-        begin, end = markers(args.model)
+        begin, end = markers(args.model, args.block)
         text = table(rows, real_model.MODELS[args.model].description)
         common.write_block(args.results, f"{begin}\n{text}\n{end}", begin, end)
 
@@ -171,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=common.WORK, help="where the real models are built")
     ap.add_argument("--scratch", type=Path, help="domain files and outputs (default: --work)")
     ap.add_argument("--results", type=Path, help="write the model's table into this markdown file")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                    help="add's --dtype: what the fit runs the model in (scored in float32 either way)")
+    ap.add_argument("--block", help="the RESULTS block written (default: fitted-quick-MODEL)")
     ap.add_argument("--json", type=Path, help="the rows, kept across invocations (default: SCRATCH/quick-MODEL.json)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")  # the oracle's passes

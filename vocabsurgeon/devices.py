@@ -1,4 +1,5 @@
-"""Where torch runs: the one resolver of --device (auto, cpu, cuda, cuda:N) for every command."""
+"""Where and in what dtype torch runs: the one resolver of --device (auto, cpu, cuda, cuda:N) and of
+--dtype (auto, checkpoint, float32, bfloat16, float16) for every command."""
 
 from __future__ import annotations
 
@@ -36,3 +37,33 @@ def resolve_device(device: str = "auto") -> str:
     if device == "auto":
         return "cpu"
     raise InputError("--device cuda was asked for but no CUDA device is available; use --device cpu or auto")
+
+
+# --dtype: what a model is loaded in for the forward passes of validation and --init fitted.
+#   auto        the checkpoint's own dtype on a GPU, float32 on the CPU (fast and exact there)
+#   checkpoint  the checkpoint's own dtype wherever it runs: the GPU's choice, also on the CPU
+#   float32, bfloat16, float16: that dtype wherever it runs
+DTYPES = ("auto", "checkpoint", "float32", "bfloat16", "float16")
+DTYPE_ENV = "VOCABSURGEON_DTYPE"  # the --dtype of every command when the flag is not given
+
+
+def check_dtype(dtype: str) -> None:
+    """Refuse a --dtype that is none of DTYPES, before any work (torch not imported)."""
+    if dtype not in DTYPES:
+        raise InputError(f"--dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+
+
+def load_dtype(dtype: str, device: str):
+    """What `from_pretrained(dtype=...)` gets for --dtype `dtype` on the resolved `device`: "auto" (the
+    checkpoint's own dtype, as config.json records it) or a torch dtype.
+
+    Example:
+        >>> load_dtype("auto", "cpu"), load_dtype("checkpoint", "cpu"), load_dtype("auto", "cuda")
+        (torch.float32, 'auto', 'auto')
+    """
+    check_dtype(dtype)
+    import torch
+
+    if dtype == "checkpoint" or (dtype == "auto" and device.startswith("cuda")):
+        return "auto"
+    return torch.float32 if dtype == "auto" else getattr(torch, dtype)

@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 
 
-from .devices import resolve_device
+from .devices import load_dtype, resolve_device
 from .errors import InputError
 from .tokenizer.encoding import unpadded
 
@@ -300,14 +300,16 @@ def returned_cache(output):
 
 @contextlib.contextmanager
 def loaded_model(path: str | os.PathLike, device: str = "auto", kind: ModelKind | None = None,
-                 remedy: str = "Pass --no-validate to skip the checks") -> Iterator[LoadedModel]:
+                 remedy: str = "Pass --no-validate to skip the checks", dtype: str = "auto") -> Iterator[LoadedModel]:
     """Load a checkpoint for evaluation with its own transformers class, yield it, then free its memory.
 
-    On a GPU the checkpoint's own dtype is kept and accelerate's `device_map="auto"` spreads the
-    model over the GPUs, RAM and disk; on the CPU it runs in float32 (fast and exact there), still
-    through `device_map="auto"` when accelerate is installed, so a model bigger than RAM is
-    offloaded to disk. `trust_remote_code` is never used. `remedy` ends the error messages: what
-    the user can do instead (validation: skip the checks; --init fitted: another init).
+    With `dtype` "auto", on a GPU the checkpoint's own dtype is kept and accelerate's `device_map="auto"`
+    spreads the model over the GPUs, RAM and disk; on the CPU it runs in float32 (fast and exact there),
+    still through `device_map="auto"` when accelerate is installed, so a model bigger than RAM is
+    offloaded to disk. `dtype` "checkpoint" keeps the checkpoint's dtype on the CPU too (what a GPU
+    runs, see devices.DTYPES); a dtype name loads in that dtype. `trust_remote_code` is never used.
+    `remedy` ends the error messages: what the user can do instead (validation: skip the checks;
+    --init fitted: another init).
 
     Raises:
         InputError: transformers cannot build the checkpoint, or leaves some of its weights
@@ -325,7 +327,7 @@ def loaded_model(path: str | os.PathLike, device: str = "auto", kind: ModelKind 
                          f"(remote code is never run). {remedy}")
     cls = getattr(transformers, kind.class_name)
     dev = resolve_device(device)
-    kwargs: dict = {"trust_remote_code": False, "dtype": "auto" if dev.startswith("cuda") else torch.float32}
+    kwargs: dict = {"trust_remote_code": False, "dtype": load_dtype(dtype, dev)}
     with tempfile.TemporaryDirectory(prefix="vocabsurgeon-offload-") as offload:
         if importlib.util.find_spec("accelerate") is not None:
             kwargs.update(device_map="auto" if device == "auto" else dev, offload_folder=offload)

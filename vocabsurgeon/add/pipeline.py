@@ -32,6 +32,7 @@ class ValidationOptions:
     seed: int = 0
     device: str = "auto"
     plot: str | os.PathLike | None = None
+    dtype: str = "auto"  # what the models run in (devices.DTYPES)
 
     def check(self) -> ValidationOptions:
         """Raises InputError for a bad limit, device or --max-tokens, or --plot without matplotlib."""
@@ -39,7 +40,7 @@ class ValidationOptions:
         from ..validation.validate import DEFAULT_MAX_TOKENS, check_options
 
         check_seed(self.seed)
-        check_options(thresholds=self.thresholds, device=self.device,
+        check_options(thresholds=self.thresholds, device=self.device, dtype=self.dtype,
                       max_tokens=self.max_tokens if self.max_tokens is not None else DEFAULT_MAX_TOKENS,
                       plot=self.plot)
         return self
@@ -47,7 +48,8 @@ class ValidationOptions:
     def kwargs(self) -> dict:
         from ..validation.validate import DEFAULT_MAX_TOKENS
 
-        return {"thresholds": self.thresholds, "seed": self.seed, "device": self.device, "plot": self.plot,
+        return {"thresholds": self.thresholds, "seed": self.seed, "device": self.device, "dtype": self.dtype,
+                "plot": self.plot,
                 "max_tokens": self.max_tokens if self.max_tokens is not None else DEFAULT_MAX_TOKENS}
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..checkpoint.architectures import VocabLayout, detect, text_config, untie
 from ..checkpoint.reader import Checkpoint
-from ..devices import check_device
+from ..devices import check_device, check_dtype
 from ..errors import InputError
 from ..checkpoint.hub import Source, resolve_checkpoint
 from .modelcard import kl_bound_line
@@ -49,6 +49,7 @@ class AddOptions:
     fsync: bool = True  # flush every file to disk before the rename (False: atomic, not power-cut safe)
     force: bool = False
     device: str = "auto"
+    dtype: str = "auto"  # what --init fitted runs the model in (devices.DTYPES)
     embedding_key: str | None = None
     lm_head_key: str | None = None
     pad_to_multiple_of: int | None = None
@@ -78,6 +79,7 @@ class AddOptions:
         """
         check_eps(self.eps)
         check_device(self.device)
+        check_dtype(self.dtype)
         for s in {self.init, self.init_input, self.init_output} - {None}:
             get_strategy(s)
         check_seed(self.seed)

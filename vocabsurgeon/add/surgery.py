@@ -391,7 +391,8 @@ def _fit(plan: Plan, progress: Steps | None):
     fo = FitOptions(corpus=opts.fit_corpus, contexts_per_word=opts.fit_contexts, context_tokens=opts.fit_context_tokens,
                     input_steps=opts.fit_steps, depth=opts.fit_depth,
                     output_steps=opts.fit_output_steps, l2=opts.fit_l2, seed=opts.seed,
-                    output_start=opts.fit_prior or start, kl_limit=opts.fit_kl_limit, device=opts.device)
+                    output_start=opts.fit_prior or start, kl_limit=opts.fit_kl_limit, device=opts.device,
+                    dtype=opts.dtype)
     tokens = [FitToken(t.form, tuple(t.pieces)) for t in plan.tokens.new]
     result = fit_rows(plan.src, tokens, roles, fo, progress)
     result.report["tied"] = lay.tied

@@ -25,6 +25,7 @@ from ..explore.suggest import DEFAULT_MIN_COUNT, DEFAULT_TOP
 from ..extend import DEFAULT_MIN_COUNT as DEFAULT_EXTEND_MIN_COUNT
 from .options import (
     CREATE_PR_OPTION, HF_TOKEN_HELP, PRIVATE_OPTION, STRATEGY_CHOICE, check_plot_dir, check_plot_here, common_options,
+    dtype_option,
     emit, fit_options, hub_options, is_quiet, progress_bars, quiet_hub, restoring_library_settings, setup_logging,
     take_fields, tensor_key_options, two_checkpoint_hub_options, validation_options, validation_options_of,
 )
@@ -139,6 +140,7 @@ def _strategies_in_help(fn):
 @click.option("--force", is_flag=True, help="Replace a non-empty output directory.")
 @click.option("--device", default="auto", show_default=True,
               help="Where to compute statistics and the forward passes of --init fitted: auto, cpu, cuda.")
+@dtype_option
 @tensor_key_options
 @click.option("--dry-run", is_flag=True, help="Print the plan and write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
@@ -198,7 +200,7 @@ def add_command(ctx, src, out, tokens_file, inline, dry_run, as_json, no_validat
     # (--no-fsync is fsync=False); the flags left are the validation's.
     flags["fsync"] = not flags.pop("no_fsync")
     options = AddOptions(**take_fields(AddOptions, flags)).check()
-    validation_opts = validation_options_of(flags, seed=options.seed, device=options.device)
+    validation_opts = validation_options_of(flags, seed=options.seed, device=options.device, dtype=options.dtype)
     if validation_opts.corpus is not None:  # the plan checks the words of the corpus that validation reads
         options = dataclasses.replace(options, check_corpus=validation_opts.corpus)
     if no_validate and validation_opts.plot:
@@ -723,6 +725,7 @@ def push_command(ctx, out, repo_id, private, revision, create_pr, token, message
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0, MAX_SEED), help="Seed of the sampling check.")
 @click.option("--device", default="auto", show_default=True,
               help="Where to run the models: auto (CUDA when present, spread with accelerate), cpu, cuda.")
+@dtype_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 @click.option("--method", type=click.Choice(["auto", "one-pass", "two-pass"]), default="auto", show_default=True,
               help="one-pass runs only NEW (its first n logits are BASE's) and needs NEW made from BASE by add, "
@@ -730,7 +733,8 @@ def push_command(ctx, out, repo_id, private, revision, create_pr, token, message
 @two_checkpoint_hub_options("BASE and NEW")
 @common_options
 @click.pass_context
-def validate_command(ctx, base, new, seed, device, as_json, method, corpus, max_tokens, plot, revision, hf_token, **limits):
+def validate_command(ctx, base, new, seed, device, dtype, as_json, method, corpus, max_tokens, plot, revision, hf_token,
+                     **limits):
     """Check that the expanded checkpoint NEW is safe to use, against its original BASE.
 
     First, no row of NEW's vocabulary tensors may hold NaN or Inf (read from the files). Then, on
@@ -763,13 +767,14 @@ def validate_command(ctx, base, new, seed, device, as_json, method, corpus, max_
     from ..validation.validate import Thresholds, check_options, validate_checkpoint
 
     thresholds = Thresholds(**limits)
-    check_options(thresholds=thresholds, device=device, max_tokens=max_tokens, plot=plot)
+    check_options(thresholds=thresholds, device=device, max_tokens=max_tokens, plot=plot, dtype=dtype)
     check_plot_dir(plot)
     quiet_hub(ctx, as_json)
     quiet = is_quiet(ctx) or as_json
     with progress_bars(ctx, as_json) as progress:
         report = validate_checkpoint(base, new, corpus, thresholds=thresholds, max_tokens=max_tokens, seed=seed,
-                                     device=device, plot=plot, revision=revision, token=hf_token, progress=progress,
+                                     device=device, dtype=dtype, plot=plot, revision=revision, token=hf_token,
+                                     progress=progress,
                                      method=method)
     # An add output whose validation was interrupted gets its report and card filled in.
     filled = record_validation(new, report, plot)

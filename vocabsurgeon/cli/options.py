@@ -325,7 +325,17 @@ def progress_bars(ctx, as_json: bool):
         bars.close()
 
 
-def validation_options_of(validation: dict, *, seed: int, device: str):
+def dtype_option(fn):
+    """--dtype (also from VOCABSURGEON_DTYPE): what the model runs in for validation and --init fitted."""
+    from ..devices import DTYPE_ENV, DTYPES
+
+    return click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True, envvar=DTYPE_ENV,
+                        help="What the model runs in for validation and --init fitted: auto (the checkpoint's dtype "
+                             "on a GPU, float32 on the CPU), checkpoint (its dtype on the CPU too: what a GPU runs), "
+                             f"or a dtype. Default from {DTYPE_ENV}.")(fn)
+
+
+def validation_options_of(validation: dict, *, seed: int, device: str, dtype: str = "auto"):
     """The pipeline's ValidationOptions from the shared validation flags."""
     from ..add.pipeline import ValidationOptions
     from ..validation.validate import Thresholds
@@ -333,7 +343,7 @@ def validation_options_of(validation: dict, *, seed: int, device: str):
     v = dict(validation)
     corpus, max_tokens, plot = v.pop("corpus" if "corpus" in v else "validate_corpus"), v.pop("max_tokens"), v.pop("plot")
     return ValidationOptions(corpus=corpus, max_tokens=max_tokens, thresholds=Thresholds(**v), seed=seed,
-                             device=device, plot=plot)
+                             device=device, plot=plot, dtype=dtype)
 
 
 

@@ -162,17 +162,60 @@ class _Model:
         return z + self.b.float() if self.b is not None else z
 
     def check_linear_head(self, ids) -> None:
-        """The fit assumes logits = h . W (+ b); refuse models that scale or cap them."""
+        """The fit assumes logits = h . W (+ b), h the base model's last hidden state (`hidden`); refuse
+        models that scale or cap the logits (Gemma 2's softcapping, a logit scale) or that state.
+
+        Like with like, in the model's dtype: one forward call gives the logits and the output layer's
+        input (a hook), and the output layer is run on that input again; the base model's pass gives
+        the state the fit reads, to compare with that input. A plain head differs by rounding alone
+        (`linear_head_tolerance`)."""
         import torch
 
-        with torch.no_grad():
-            want = self.model(input_ids=ids[:1], attention_mask=torch.ones_like(ids[:1]), use_cache=False).logits.float()
-            got = self.logits(self.hidden(ids[:1]))
-        tol = 1e-3 * max(1.0, float(want.abs().max()))
-        if not torch.allclose(want, got, atol=tol, rtol=0):
+        head = self.model.get_output_embeddings()
+        seen = {}
+        hook = head.register_forward_pre_hook(lambda module, args: seen.setdefault("h", args[0]))
+        one = ids[:1]
+        try:
+            with torch.no_grad():
+                want = self.model(input_ids=one, attention_mask=torch.ones_like(one), use_cache=False).logits
+                h = seen["h"]
+                got = head(h)  # (1, T, n) the output layer on its own input, as the model ran it
+                read = self.hidden(one, torch.ones_like(one))  # (1, T, hidden) what the fit reads
+        finally:
+            hook.remove()
+        want, got = want.float(), got.float()
+        if not (_within(want, got, self.W.dtype) and _within(h.float(), read.float(), self.W.dtype)):
             raise InputError(f"{type(self.model).__name__} computes its logits with more than hidden . lm_head "
                              "(scaling or capping), which --init fitted does not model; use --init mean or subword-mean")
         self._checked = True
+
+
+def _within(a, b, dtype) -> bool:
+    diff = (a - b).abs()
+    ok = bool((diff <= linear_head_tolerance(b, dtype)).all())
+    if not ok:
+        logger.info("differ by up to %.3g (largest %.3g, %s)", float(diff.max()), float(b.abs().max()), dtype)
+    return ok
+
+
+def linear_head_tolerance(logits, dtype):
+    """How far the `logits` of a plain output layer (or its input) may lie from the same run in `dtype`: each
+    within 2 eps of itself plus 2 eps of the mean |logit| (eps: `dtype`'s resolution, `torch.finfo(dtype).eps`:
+    a rounding of the result each way and another kernel's accumulation order), and never less than a
+    thousandth of the largest logit, below which a difference does not move the fit. 0.4% of a logit in
+    bfloat16; a logit scale or Gemma 2's capping at 30 moves a model's large logits by far more.
+
+        >>> import torch
+        >>> [round(float(t), 4) for t in linear_head_tolerance(torch.tensor([30.0, -2.0]), torch.bfloat16)]
+        [0.7188, 0.2812]
+        >>> [round(float(t), 4) for t in linear_head_tolerance(torch.tensor([30.0, -2.0]), torch.float32)]
+        [0.03, 0.03]
+    """
+    import torch
+
+    eps = torch.finfo(dtype).eps
+    size = logits.abs()
+    return (2 * eps * (size + size.mean())).clamp(min=1e-3 * float(size.max()))
 
 
 @dataclass
@@ -478,7 +521,7 @@ def fit_causal_rows(src: Path, kind: ModelKind, tokens: list[FitToken], roles: s
     t0 = time.perf_counter()
     tok = load_tokenizer(src)
     torch.manual_seed(opts.seed)
-    with loaded_model(src, opts.device, kind, remedy="use --init mean or subword-mean") as lm:
+    with loaded_model(src, opts.device, kind, remedy="use --init mean or subword-mean", dtype=opts.dtype) as lm:
         m = _Model(lm, tok)
         with narrow_threads(m.device, m.E.shape[1]):
             return _fit_loaded(m, src, tok, tokens, roles, opts, say, t0)

@@ -79,6 +79,7 @@ class FitOptions:
     old_text_weight: float = DEFAULT_OLD_TEXT_WEIGHT  # weight of those positions' KL (the contexts' weigh 1)
     seed: int = 0
     device: str = "cpu"
+    dtype: str = "auto"  # what the model runs in (devices.DTYPES); the rows are fitted in float32/float64 anyway
     generated_tokens: int = 48  # generated contexts: tokens sampled after each prompt
     prompts_per_word: int = 4
 

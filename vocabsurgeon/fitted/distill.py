@@ -71,7 +71,7 @@ def distill_input_rows(m, windows: list[Window], teacher, start, steps: int | No
             count += len(olds)
         return loss / (count * h2)
 
-    if usable and not _reads_as_ids(states, usable[:batch], first, target, start, m.device):
+    if usable and not _reads_as_ids(states, usable[:batch], first, target, start, m.device, m.E.dtype):
         logger.warning("input distillation skipped: %s reads rows given as inputs_embeds otherwise than its ids; "
                        "the input rows keep the sub-word mean", type(m.model).__name__)
         return start.double().cpu(), {"steps": 0, "passes": 0, "prefix_cache": False,
@@ -85,11 +85,12 @@ def distill_input_rows(m, windows: list[Window], teacher, start, steps: int | No
     return rows, report
 
 
-def _reads_as_ids(states, probe: list[int], first: dict[int, int], target, start, device) -> bool:
+def _reads_as_ids(states, probe: list[int], first: dict[int, int], target, start, device, dtype=None) -> bool:
     """Whether the student pass (rows given as inputs_embeds) gives the teacher's hidden states
     (from ids) at the positions of `probe`'s windows before their first new token, where both read
     the same old ids. A model whose forward does more with ids than look up its embedding module
-    (scaling them outside it, or reading the ids again) cannot be distilled through inputs_embeds."""
+    (scaling them outside it, or reading the ids again) cannot be distilled through inputs_embeds.
+    `dtype`: what the model runs in (the tolerance, `PrefixCache.agrees`)."""
     import torch
 
     from .prefix_cache import PrefixCache
@@ -101,7 +102,7 @@ def _reads_as_ids(states, probe: list[int], first: dict[int, int], target, start
         return True
     got = torch.stack([h[b, p] for b, p in olds]).float()
     want = torch.stack([target[probe[b]][p] for b, p in olds]).to(got.device)
-    return PrefixCache.agrees(got, want)
+    return PrefixCache.agrees(got, want, dtype)
 
 
 def _checked_prefix_cache(m, windows: list[Window], probe: list[int], first: dict[int, int], batch: int,
@@ -128,7 +129,7 @@ def _checked_prefix_cache(m, windows: list[Window], probe: list[int], first: dic
     except Exception as e:  # noqa: BLE001 - any failure only costs speed: the full windows give the same rows
         logger.info("distillation runs full windows: the prefix cache failed (%s: %s)", type(e).__name__, e)
         return None
-    if not PrefixCache.agrees(got, want):
+    if not PrefixCache.agrees(got, want, m.E.dtype):
         logger.info("distillation runs full windows: the cached pass differs from the full one on %s",
                     type(m.model).__name__)
         return None

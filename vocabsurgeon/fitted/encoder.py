@@ -361,7 +361,7 @@ def fit_encoder_rows(src: Path, kind: ModelKind, tokens: list[FitToken], roles: 
                                "pooled_weight": POOLED_WEIGHT if pooling.mode else None}}
     if pooling.note:
         report["target"]["note"] = pooling.note
-    with loaded_model(src, opts.device, kind, remedy="use --init mean or subword-mean") as lm:
+    with loaded_model(src, opts.device, kind, remedy="use --init mean or subword-mean", dtype=opts.dtype) as lm:
         enc = _Encoder(lm)
         ends = special_ends(tok)
         limit = max(8, min(ENCODER_WINDOW, enc.max_len))

@@ -406,9 +406,12 @@ def fit_head(enc, tok, out, windows: list[Window], tokens: list[FitToken], resul
     limit_mean = opts.kl_limit if opts.kl_limit is not None else bound
     limit_p99 = max(FIT_KL_P99, limit_mean)
     held_t, held_z = held
-    held_mt, held_mz = old_text_head(enc, tok, 1, opts.old_text_tokens, masked=True, seed=opts.seed)
-    # the limits on held-out old text, unmasked (as validation reads it) and masked (as a masked-LM is used)
-    more = ((held_mt @ W.T).numpy(), held_mz.numpy()) if mask_id is not None else None
+    # the limits on held-out old text, unmasked (as validation reads it) and masked (as a masked-LM is used;
+    # not without a mask token)
+    more = None
+    if mask_id is not None:
+        held_mt, held_mz = old_text_head(enc, tok, 1, opts.old_text_tokens, masked=True, seed=opts.seed)
+        more = ((held_mt @ W.T).numpy(), held_mz.numpy())
     d, before, after = bias_shrink((held_t @ W.T).numpy(), held_z.numpy(), b.numpy(), limit_mean, limit_p99,
                                    more=(more,) if more and ENFORCE_MASKED else ())
     written = b - d

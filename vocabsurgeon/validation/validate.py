@@ -37,7 +37,7 @@ from .plot import figure, require_plot
 from ..progress import Progress
 from .measure import Inputs, Measured, NewIds, greedy_check, run_models, usability_check, usability_texts
 from .report import Report
-from ..devices import check_device
+from ..devices import check_device, check_dtype
 from ..runtime import paragraphs as corpus_paragraphs
 from ..runtime import (
     without_padding,
@@ -105,14 +105,15 @@ class Thresholds:
 
 
 def check_options(*, thresholds: Thresholds | None = None, device: str = "auto", max_tokens: int = DEFAULT_MAX_TOKENS,
-                  plot: str | os.PathLike | None = None) -> None:
+                  plot: str | os.PathLike | None = None, dtype: str = "auto") -> None:
     """Check the validation options before any work (also under `add --dry-run` and `--no-validate`).
 
     Raises:
-        InputError: a bad limit, device or --max-tokens, or --plot without matplotlib.
+        InputError: a bad limit, device, dtype or --max-tokens, or --plot without matplotlib.
     """
     (thresholds or Thresholds()).check()
     check_device(device)
+    check_dtype(dtype)
     if max_tokens < 1:
         raise InputError("--max-tokens must be a positive integer")
     if plot is not None:
@@ -403,6 +404,7 @@ def validate_checkpoint(
     new_token_ids: list[int] | None = None,
     seed: int = 0,
     device: str = "auto",
+    dtype: str = "auto",
     plot: str | os.PathLike | None = None,
     progress: Progress | None = None,
     method: str = "auto",
@@ -426,6 +428,8 @@ def validate_checkpoint(
             tokenizer (its ids >= n).
         seed: seed of the sampling check (same seed, same samples).
         device: "auto" (a GPU when present), "cpu" or "cuda".
+        dtype: what the models run in: "auto" (the checkpoint's dtype on a GPU, float32 on the CPU),
+            "checkpoint" (its dtype on the CPU too), "float32", "bfloat16" or "float16".
         plot: write a histogram of per-position KL there (needs matplotlib).
         progress: callbacks for stages and work done (`progress.Progress`); none by default.
         method: "auto" (one pass when `new` was derived from `base` by add, else two), "one-pass"
@@ -463,7 +467,7 @@ def validate_checkpoint(
         outer.stage(text)
 
     progress = replace(outer, stage=stage)
-    check_options(thresholds=th, device=device, max_tokens=max_tokens, plot=plot)
+    check_options(thresholds=th, device=device, max_tokens=max_tokens, plot=plot, dtype=dtype)
     if method not in ("auto", "one-pass", "two-pass"):
         raise InputError(f"method {method!r} is not one of auto, one-pass, two-pass")
     sources = dict(zip(("base", "new"), resolve_checkpoints([base, new], revision=revision, token=token)))
@@ -527,7 +531,7 @@ def validate_checkpoint(
         passes = 1 if relation.derived else 2
         tokens = passes * (min(max_tokens, len(inp.corpus_ids)) + sum(map(len, inp.chat_old))) + 600
         progress.stage(f"{used} ({relation.reason}): {estimate(new_ck, tokens, device).describe()}")
-        m = run_models(None if relation.derived else base, new, kind, device, inp, old_tok, new_tok, progress)
+        m = run_models(None if relation.derived else base, new, kind, device, inp, old_tok, new_tok, progress, dtype)
     for what in skipped:
         logger.warning("%s: %s", new, what)
 
