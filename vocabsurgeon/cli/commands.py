@@ -563,6 +563,7 @@ def trim_command(ctx, src, out, corpus, vocab_size, min_count, keep_file, pad_to
 @click.option("--force", is_flag=True, help="Replace a non-empty output directory.")
 @click.option("--device", default="auto", show_default=True,
               help="Where to compute statistics and the forward passes of --init fitted: auto, cpu, cuda.")
+@dtype_option
 @tensor_key_options
 @click.option("--dry-run", is_flag=True, help="Learn the merges, print the plan and write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
@@ -612,7 +613,7 @@ def extend_command(ctx, src, out, corpus, new_tokens, keep_text, min_count, dry_
                                           token=hf_token, message=message)
     flags["fsync"] = not flags.pop("no_fsync")
     options = AddOptions(**take_fields(AddOptions, flags)).check()
-    validation_opts = validation_options_of(flags, seed=options.seed, device=options.device)
+    validation_opts = validation_options_of(flags, seed=options.seed, device=options.device, dtype=options.dtype)
     if no_validate and validation_opts.plot:
         raise InputError("--plot draws the validation's KL histogram; drop --no-validate or --plot")
     check_plot_dir(validation_opts.plot, created=out)
