@@ -242,3 +242,20 @@ def test_byte_level_table_matches_the_byte_level_pre_tokenizer():
     same()
     every_byte = bytes(range(256)).decode("latin-1")
     assert byte_level(every_byte) == "".join(p for p, _ in rust.pre_tokenize_str(every_byte))
+
+
+def test_a_config_without_architectures_gets_the_detected_class_with_a_note(tmp_path):
+    """Issue 39: llama.cpp's converter refuses a config.json without `architectures` ("Failed to detect model
+    architecture"), although `add` detected the model; the output's config names its class."""
+    from builders import tiny_gpt2
+
+    src = tiny_gpt2(tmp_path / "src")
+    cfg = json.loads((src / "config.json").read_text())
+    assert cfg.pop("architectures") == ["GPT2LMHeadModel"]
+    (src / "config.json").write_text(json.dumps(cfg))
+    summary = add_tokens(src, tmp_path / "out", ["Frodo"]).to_dict()
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["architectures"] == ["GPT2LMHeadModel"]
+    assert any(n.startswith("config.json has no 'architectures': written as ['GPT2LMHeadModel']")
+               for n in summary["tokenizer_notes"])
+    kept = add_tokens(tmp_path / "out", tmp_path / "again", ["Gandalf"]).to_dict()  # one that has them: no note
+    assert not any("architectures" in n for n in kept["tokenizer_notes"])

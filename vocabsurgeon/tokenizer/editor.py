@@ -24,7 +24,7 @@ from .chats import chat_samples
 from .encoding import encode_batch, encode_ids, unpadded
 from . import sentencepiece_model
 from .families import SUPPORTED_FAMILIES, SentencePieceBPE, Skip, detect_family, family_of
-from .families.pieces import BYTE_PIECE, byte_level
+from .families.pieces import BYTE_PIECE, FormIndex, byte_level
 from .families.sentencepiece_bpe import PIPELINE, as_meta_layout, as_transformers_builds
 from ..checkpoint.filenames import CHAT_TEMPLATE_FILES, CONFIG_NAME, SLOW_TOKENIZER_FILES, TOKENIZER_CONFIG, TOKENIZER_FILE
 from ..checkpoint.writer import write_json
@@ -264,6 +264,7 @@ class TokenizerEditor:
         self.added = {t["content"]: t for t in self.data.get("added_tokens") or []}
         self._encoded: dict[str, list[int]] = {}  # text -> ids under this tokenizer (see prefetch)
         self._round_trips: dict[str, str] = {}  # text -> decode(encode(text)) under this tokenizer (see _decoded)
+        self._held: dict[str, list[str]] = {}  # spelled form -> old pieces that hold it (see holders)
         self._check_ids()
 
     def _check_ids(self) -> None:
@@ -350,23 +351,31 @@ class TokenizerEditor:
         return unused + sorted((i, c) for i, c in reserved.items() if i < rows)
 
     def holders(self, words: list[str], corpus: resplit.Holders | None = None) -> dict[str, list[str]]:
-        """Old texts that hold each word inside a longer word (a letter or digit next to it): the vocabulary's
-        entries (searched in their own spelling, decoded where found) and `corpus`'s words."""
-        if not hasattr(self, "_piece_index"):  # built once per editor: the pieces joined, searched in Rust
-            self._piece_index = resplit.Holders(p for p in self.vocab if p not in self.added and not BYTE_PIECE.fullmatch(p))
+        """Old texts that hold each word inside a longer word (`resplit.inside`: a letter next to its letter, a
+        digit next to its digit): the vocabulary's entries (found in their own spelling, "Ġ" and "▁" included,
+        and decoded) and `corpus`'s words."""
         spell = byte_level if self.family_name == "byte-level-bpe" else (lambda w: self.normalize(w).strip(" ▁"))
         spelled: dict[str, list[str]] = {}
         for w in words:
             for s in {spell(w), w}:
                 spelled.setdefault(s, []).append(w)
+        todo = {s for s in spelled if s not in self._held}
+        if todo:
+            old = [p for p in self.vocab if p not in self.added and not BYTE_PIECE.fullmatch(p)]
+            self.remember_holders(todo, FormIndex(todo).holders(old))
         out: dict[str, list[str]] = {}
-        for s, pieces in self._piece_index.holding(spelled).items():
-            for w in spelled[s]:
-                out.setdefault(w, []).extend(self.text_of(p) for p in pieces)
+        for s, ws in spelled.items():
+            for w in ws:
+                out.setdefault(w, []).extend(self.text_of(p) for p in self._held[s])
         if corpus is not None:
             for w, texts in corpus.holding(words).items():
                 out.setdefault(w, []).extend(texts)
         return {w: held for w, ts in out.items() if (held := [t for t in dict.fromkeys(ts) if resplit.inside(t, w)])}
+
+    def remember_holders(self, forms: set[str], found: dict[str, list[str]]) -> None:
+        """Keep the old pieces that hold each of `forms` (spelled as the model spells pieces), from one scan of
+        the vocabulary: the families' `split_risks` makes the same scan while drafting, and `holders` reuses it."""
+        self._held.update({f: found.get(f, []) for f in forms})
 
     def plan(self, words: list[str], *, special: bool = False, first_id: int | None = None,
              reuse: list[tuple[int, str | None]] | None = None, chat: list[str] | None = None,

@@ -166,7 +166,8 @@ def longer_words(old_tok, new_tok, paragraphs: list[str], words: dict[str, set[i
     anywhere in raw text: the plan reports those per word)."""
     held = resplit.Holders(resplit.corpus_words(paragraphs)).holding(words)
     held = {w: [t for t in ts if resplit.inside(t, w)] for w, ts in held.items()}
-    texts = list(dict.fromkeys(v for ts in held.values() for t in ts for v in resplit.variants(t)))
+    texts = list(dict.fromkeys(v for ts in held.values() for t in ts for v in resplit.variants(t)
+                               if v.strip() not in words))  # a new word itself is no old text
     if reported is None:
         added = getattr(new_tok, "added_tokens_decoder", None) or {}
         reported = {w for w, ids in words.items() if ids & set(added)}

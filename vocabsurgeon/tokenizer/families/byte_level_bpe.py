@@ -318,14 +318,18 @@ class ByteLevelBPE(Family):
             #   ignore_merges (llama-bpe), and elsewhere splits the word into its old pieces (a note says so).
             # - An added token only where neither fits (a form the pre-tokenizer splits, or ignore_merges not
             #   allowed): reported per word with the longer words it re-splits (TokenizerPlan.resplits).
+            # --gguf-parity: only what llama.cpp reads as transformers does (merges, added tokens), as before
+            # issue 39: an entry only where an added token would split an existing token or garble the form.
+            if self.ed.gguf_parity:
+                whole = whole and (garbled or form in self.risks)
             if whole and form not in self.no_merge and self.merge_pair(form):
                 out.append(Entry(form, byte_level(form), "merge"))
-            elif whole and self.entries_allowed() and self.ed.gguf_parity:
-                self.not_for_gguf.add(w)  # its other form may still be written: this one keeps its old pieces
-            elif whole and self.entries_allowed():
+            elif whole and self.entries_allowed() and not self.ed.gguf_parity:
                 out.append(Entry(form, byte_level(form), "vocab"))
             elif whole and garbled and self.repairable(form) and not (form == w and self.splits_word_start(w)):
                 out.append(Entry(form, form, "added"))
+            elif whole and self.entries_allowed():  # --gguf-parity
+                self.not_for_gguf.add(w)  # its other form may still be written: this one keeps its old pieces
             elif whole and garbled:
                 out.append(Entry(form, byte_level(form), "vocab"))
             elif garbled:

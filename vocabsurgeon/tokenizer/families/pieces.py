@@ -79,6 +79,17 @@ class FormIndex:
                         found[f] = p
         return found
 
+    def holders(self, pieces: list[str]) -> dict[str, list[str]]:
+        """Each indexed form that is a proper part of some of `pieces`, with all those pieces (in order)."""
+        found: dict[str, list[str]] = {}
+        for g, by_head in self.groups:
+            hits = [(p, i) for p in pieces if len(p) > g for i in range(len(p) - g + 1) if p[i:i + g] in by_head]
+            for p, i in hits:
+                for f in by_head[p[i:i + g]]:
+                    if len(f) < len(p) and p.startswith(f, i):
+                        found.setdefault(f, []).append(p)
+        return {f: list(dict.fromkeys(ps)) for f, ps in found.items()}
+
     def inside(self, piece: str) -> bool:
         """Whether some indexed form is a proper part of `piece`."""
         for g, by_head in self.groups:

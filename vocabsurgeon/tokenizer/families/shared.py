@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from .pieces import BYTE_PIECE, parts_of
+from .pieces import BYTE_PIECE, FormIndex
 
 logger = logging.getLogger(__name__)
 
@@ -24,9 +24,14 @@ def split_risks(ed, words: list[str], spell: Callable[[str], str], extra: list[s
     """The new forms (" return") that are part of an existing token (or of one of `extra`), each
     with one such piece: an added token for such a form, matched anywhere, would split it."""
     # Byte-fallback pieces ("<0x52>") stand for one byte, not for their spelling: "52" is not inside "<0x52>".
-    pieces = [p for p in ed.vocab if p not in ed.added and not BYTE_PIECE.fullmatch(p)] + list(extra)
+    old = [p for p in ed.vocab if p not in ed.added and not BYTE_PIECE.fullmatch(p)]
     spelled = {spell(f): f for w in words for f in (w, " " + w)}
-    return {spelled[e]: piece for e, piece in parts_of(pieces, set(spelled)).items()}
+    found = FormIndex(set(spelled)).holders(old + list(extra))
+    remember = getattr(ed, "remember_holders", None)
+    if remember is not None:  # the same scan finds every old piece that holds a form (issue 39: `holders`)
+        new = set(extra)
+        remember(set(spelled), {e: [p for p in ps if p not in new] for e, ps in found.items()})
+    return {spelled[e]: ps[0] for e, ps in found.items()}
 
 
 def splitting_note(ed, new, risks: dict[str, str], why_not_entry: Callable[[str], str]) -> str | None:
