@@ -238,3 +238,13 @@ def test_published_tokenizers_extend_with_old_text_kept_and_loaders_agreeing(pub
         assert sp.get_piece_size() == result.plan.editor.size + len(result.plan.tokens.new)
         for text in TEXTS:
             assert sp.encode(text) == new(text, add_special_tokens=False)["input_ids"], text
+
+
+def test_suggest_points_to_extend_where_whole_words_cover_little(tmp_path):
+    from vocabsurgeon.explore.suggest import suggest_tokens
+
+    src = family_checkpoint(tmp_path / "ckpt", "byte-level-gpt2")
+    many = suggest_tokens(src, CORPUS, top=2, min_count=1)  # every word form its own candidate
+    assert many.candidates >= 8 and "vocabsurgeon extend" in many.describe()
+    few = suggest_tokens(src, CORPUS, top=1000, min_count=1)
+    assert "vocabsurgeon extend" not in few.describe()

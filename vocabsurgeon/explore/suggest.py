@@ -32,6 +32,7 @@ DEFAULT_MIN_COUNT = 2
 # ALERT_DESCRIPTION_* names) does not make its words the corpus's most common
 PER_PARAGRAPH = 3
 IDENTIFIER = re.compile(r"\w+")  # a run of letters, digits and "_": a word or an identifier ("AF_INET6")
+MANY_WORDS = 4  # candidates this many times --top: the note that points to `extend`
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,18 @@ class Suggestion:
             s = self.skipped[0]
             lines.append(f"{len(self.skipped)} candidate(s) skipped as `add` would skip them, e.g. {s['word']!r}: "
                          f"{s['reason']}")
+        if self.many_words:
+            lines.append(f"note: {self.candidates:,} words would each save a token, {self.candidates // self.top}x "
+                         "--top: whole words cover little of a corpus of many word forms (a new language, a large "
+                         "domain); `vocabsurgeon extend --corpus ... --new-tokens N` learns sub-word tokens that "
+                         "combine inside any word (docs/extend.md)")
         return "\n".join(lines)
+
+    @property
+    def many_words(self) -> bool:
+        """Whether whole words are a poor choice here: the words that would save a token are many times --top
+        (each word form its own token), where `extend`'s sub-word tokens serve better."""
+        return len(self.words) == self.top and self.candidates >= MANY_WORDS * self.top
 
     def tokens_file(self) -> str:
         """The proposed words as a tokens file for `add --tokens` (one per line; a word that starts
