@@ -118,14 +118,15 @@ class PrefixCache:
         return out.last_hidden_state
 
     @staticmethod
-    def agrees(cached, full, dtype=None) -> bool:
+    def agrees(cached, full, dtype=None, tol: float | None = None) -> bool:
         """Whether hidden states of the cached pass match the full pass's, relative to their scale: within
-        1e-4, or 8 eps of the `dtype` the model runs in when coarser (a bfloat16 model's two passes differ
-        by an ulp or two of the largest state: 0.25 in 32 on SmolLM2-135M). A cache read wrong (other
-        positions, a sliding window) moves states by their own size."""
+        `tol`, by default 1e-4, or 8 eps of the `dtype` the model runs in when coarser (a bfloat16 model's
+        two passes differ by an ulp or two of the largest state: 0.25 in 32 on SmolLM2-135M). A cache read
+        wrong (other positions, a sliding window) moves states by their own size."""
         import torch
 
-        tol = max(1e-4, 8 * torch.finfo(dtype).eps) if dtype is not None else 1e-4
+        if tol is None:
+            tol = max(1e-4, 8 * torch.finfo(dtype).eps) if dtype is not None else 1e-4
         scale = max(1.0, float(full.abs().max()))
         return bool(torch.isfinite(cached).all()) and float((cached - full).abs().max()) <= tol * scale
 
