@@ -281,10 +281,9 @@ def plan_tokens(target: Target, tokens: list[str]) -> Plan:
     ckpt, layout, options = target.ckpt, target.layout, target.options
     check_word_count(len(tokens))  # before the tokenizer is read: a list too long to plan is refused at once
     editor = TokenizerEditor(ckpt.path, gguf_parity=options.gguf_parity)
-    size = editor.size  # once: the property scans every vocabulary id (128k on Llama 3), 1e-2 s a call
-    if size > layout.rows:
+    if editor.size > layout.rows:
         raise InputError(
-            f"{ckpt.path / TOKENIZER_FILE}: the tokenizer has ids up to {size - 1}, but '{layout.embedding}' "
+            f"{ckpt.path / TOKENIZER_FILE}: the tokenizer has ids up to {editor.size - 1}, but '{layout.embedding}' "
             f"has only {layout.rows} rows; tokenizer and weights disagree, refusing to guess"
         )
     # New ids start right after the last token, as transformers' add_tokens numbers them, so that
@@ -292,7 +291,7 @@ def plan_tokens(target: Target, tokens: list[str]) -> Plan:
     # are taken first (their values replaced), rows are appended only past them. --reuse-reserved hands
     # out every unused row and the reserved placeholders first, then appends.
     reuse = editor.reusable_ids(layout.rows) if options.reuse_reserved else None
-    tplan = editor.plan(tokens, special=options.special, first_id=layout.rows if reuse else size, reuse=reuse)
+    tplan = editor.plan(tokens, special=options.special, first_id=layout.rows if reuse else editor.size, reuse=reuse)
     if options.strict and tplan.skipped:
         first = tplan.skipped[0]
         raise InputError(f"--strict: {len(tplan.skipped)} token(s) would be skipped, e.g. {first['token']!r}: "
@@ -311,6 +310,7 @@ def plan_tokens(target: Target, tokens: list[str]) -> Plan:
         tplan.notes.append(
             f"not copied: {', '.join(dropped)} (slow-tokenizer files without the new tokens; {TOKENIZER_FILE} has them)"
         )
+    size = editor.size  # once: the property scans every id (128k on Llama 3); per new token it cost 9 s (issue 38)
     on_padding = [t.id for t in tplan.new if size <= t.id < layout.rows]
     if on_padding and reuse is None:
         tplan.notes.append(
@@ -318,7 +318,7 @@ def plan_tokens(target: Target, tokens: list[str]) -> Plan:
             "tokenizer's last, as transformers' add_tokens numbers them, so resize_token_embeddings(len(tokenizer)) "
             "keeps them); their old values are replaced")
     rows_after = layout.rows + sum(t.id >= layout.rows for t in tplan.new)
-    m = options.pad_to_multiple_of or padding_multiple(layout.rows, size)
+    m = options.pad_to_multiple_of or padding_multiple(layout.rows, editor.size)
     if tplan.new and m:
         rows_after = math.ceil(rows_after / m) * m
     rewrite = target.vocab_files if tplan.new else []
