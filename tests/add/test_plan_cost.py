@@ -22,4 +22,4 @@ def test_planning_scans_the_vocabulary_a_fixed_number_of_times(gpt2_ckpt, monkey
         plan = plan_tokens(target, [f"Zqxv{chr(97 + i % 26)}{chr(97 + i // 26 % 26)}" for i in range(n)])
         assert len(plan.tokens.new) >= n  # every word planned (byte-level: bare and word-start forms)
         counts[n] = len(calls)
-    assert counts[200] == counts[10] <= 5, counts
+    assert counts[200] == counts[10] <= 10, counts
