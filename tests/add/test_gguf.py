@@ -23,6 +23,7 @@ def converter():
     return llamacpp.fetch_or_skip()
 
 
+@pytest.mark.floor  # also run with the oldest supported versions (.ci/run)
 def test_without_a_network_the_converter_tests_skip_with_the_reason(monkeypatch, tmp_path):
     monkeypatch.setattr(llamacpp, "CACHE", tmp_path / "llamacpp")  # nothing cached
     monkeypatch.delenv("LLAMACPP_SDIST", raising=False)

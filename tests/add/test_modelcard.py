@@ -70,6 +70,7 @@ CASES = [
 ]
 
 
+@pytest.mark.floor  # also run with the oldest supported versions (.ci/run)
 @pytest.mark.parametrize("base", [c for c in BASE_CARDS.values() if c], ids=[k for k, c in BASE_CARDS.items() if c])
 def test_the_yaml_block_is_found_where_huggingface_hub_finds_it(base):
     """Our copy of huggingface_hub's REGEX_YAML_BLOCK splits each card as the installed huggingface_hub does (its

@@ -72,6 +72,7 @@ def test_resize_token_embeddings_to_len_tokenizer_keeps_every_new_row_and_runs_e
     assert np.array_equal(old.rows_np(EMBEDDING, 0, n)[keep], new.rows_np(EMBEDDING, 0, n)[keep])
 
 
+@pytest.mark.floor  # also run with the oldest supported versions (.ci/run)
 @pytest.mark.parametrize("family", ALL_FAMILIES)
 def test_the_output_tokenizer_behaves_as_the_input_one(family, added):
     """Issue 32, item 2: padding and truncation side, model_max_length, BOS/EOS, special tokens, chat template
@@ -80,6 +81,7 @@ def test_the_output_tokenizer_behaves_as_the_input_one(family, added):
     check_same_tokenizer_behaviour(src, out)
 
 
+@pytest.mark.floor  # also run with the oldest supported versions (.ci/run)
 def test_a_llama_class_over_a_byte_level_file_keeps_its_padding_side_and_bos(added):
     """DeepSeek V3's case: tokenizer_config names LlamaTokenizerFast (left padding) over a byte-level file, which
     transformers loads as that class or as TokenizersBackend (right padding) depending on its version; `add`

@@ -72,6 +72,19 @@ def _gemma3n(per_layer_rows: int):
     return T.Gemma3nForCausalLM(cfg)
 
 
+def _gemma3n_runs_ids_past_its_per_layer_table(src) -> bool:
+    """Whether the installed transformers runs the Gemma 3n at `src` on its last id, past its per-layer table."""
+    import torch
+
+    model = T.AutoModelForCausalLM.from_pretrained(src)
+    try:
+        with torch.no_grad():
+            model(torch.tensor([[model.config.vocab_size - 1]]))
+    except IndexError:
+        return False
+    return True
+
+
 def _llava():
     tok = _tok()
     text = T.LlamaConfig(vocab_size=V, tie_word_embeddings=False, **_decoder(), **_ids(tok))
@@ -258,6 +271,9 @@ def _vocab_values(config: dict, prefix: str = "") -> dict[str, int]:
 def test_add_grows_every_vocabulary_tensor_and_keeps_the_model(family, built, tmp_path):
     fam = FAMILIES[family]
     src, out = built(family), tmp_path / "out"
+    if family == "gemma3n-partial-per-layer" and not _gemma3n_runs_ids_past_its_per_layer_table(src):
+        pytest.skip("this transformers' Gemma 3n raises IndexError on ids past vocab_size_per_layer_input (the input's "
+                    "own ids there included; transformers >= 5.22 gives them zero per-layer inputs)")
     summary = _add(src, out)
     a, b = Checkpoint.open(src), Checkpoint.open(out)
     assert len(a.shards) >= 3, "the family should be saved in several shards"

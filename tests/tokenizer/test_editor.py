@@ -708,6 +708,7 @@ def slow_only(tmp_path_factory):
     return path
 
 
+@pytest.mark.floor  # also run with the oldest supported versions (.ci/run)
 def test_slow_only_checkpoint_is_converted_and_says_so(slow_only, tmp_path):
     src = Path(shutil.copytree(slow_only, tmp_path / "src"))
     out = tmp_path / "out"
@@ -756,6 +757,7 @@ def converts_as_sentencepiece(src: Path) -> bool:
     return all(tok(t, add_special_tokens=False).input_ids == sp.encode(t) for t in PROBES)
 
 
+@pytest.mark.floor  # also run with the oldest supported versions (.ci/run)
 def test_a_sentencepiece_bpe_model_alone_is_read_in_metas_layout_and_its_words_are_kept(slow_only, tmp_path):
     """Mistral's tokenizer.model as Mistral's own library ships it, with no tokenizer_config.json: transformers 5
     converts it generically, with a Metaspace "always" pre-tokenizer that would put a "▁" after every added
@@ -802,6 +804,7 @@ def test_a_sentencepiece_bpe_model_alone_is_read_in_metas_layout_and_its_words_a
     check_same_tokenizer_behaviour(src, tmp_path / "out")
 
 
+@pytest.mark.floor  # also run with the oldest supported versions (.ci/run)
 def test_a_sentencepiece_model_alone_keeps_its_special_tokens_when_every_word_is_a_merge(slow_only, tmp_path):
     """Issue 38: where every new word is a merge (here --gguf-parity keeps only those), no other change named the
     tokenizer class, so the output had no tokenizer_config.json and loaded with no BOS, EOS or UNK token."""

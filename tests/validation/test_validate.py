@@ -95,6 +95,7 @@ def agreement(report: dict) -> float:
     return (8 if str(report["device"]).startswith("cpu") else 64) * eps
 
 
+@pytest.mark.floor  # also run with the oldest supported versions (.ci/run)
 @pytest.mark.parametrize("which", ["gpt2", "llama"])
 def test_add_mean_init_passes_and_kl_agrees_with_independent_computation(which, gpt2_ckpt, llama_ckpt, tmp_path):
     src = {"gpt2": gpt2_ckpt, "llama": llama_ckpt}[which]
