@@ -66,10 +66,10 @@ class Holders:
 
 
 def variants(text: str) -> tuple[str, ...]:
-    """A holder as the texts it stands for: the word alone and after a space ("returned", " returned"),
-    whichever way its entry is spelled."""
+    """A holder as the texts it stands for, whichever way its entry is spelled: the word alone, after a space
+    and after a bracket ("returned", " returned", "(returned": SentencePiece keeps "▁(returned" one pre-token)."""
     bare = text.lstrip(" ")
-    return (bare, " " + bare) if bare else ()
+    return (bare, " " + bare, "(" + bare) if bare else ()
 
 
 def vocabulary_texts(tok: Tokenizer) -> list[str]:
