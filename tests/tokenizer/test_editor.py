@@ -51,13 +51,14 @@ CONTEXTS_NOTE = "not one token in some contexts"
 
 
 RESPLIT_NOTE = "re-split longer words that hold them"
+ENTRIES_NOTE = "are vocabulary entries that only ignore_merges reaches"
 
 
 def _but_contexts(notes: list[str]) -> list[str]:
     """The notes other than the one listing contexts where a kept word keeps its old pieces (issue 32: every
     context is reported; on byte-level BPE `'return'` splits as the contraction `'re` + `turn`, as old text does),
-    and the one naming kept words that re-split longer words (issue 39: where only added tokens fit)."""
-    return [n for n in notes if CONTEXTS_NOTE not in n and RESPLIT_NOTE not in n]
+    the one naming kept words that re-split longer words, and the one on byte-level entries (issue 39)."""
+    return [n for n in notes if CONTEXTS_NOTE not in n and RESPLIT_NOTE not in n and ENTRIES_NOTE not in n]
 
 
 FAMILIES = ["byte-level", "byte-level-gpt2", "sp-bpe", "sp-bpe-file", "unigram", "unigram-file",
@@ -255,10 +256,10 @@ def test_byte_level_word_already_one_token_after_a_space_keeps_that_token(name, 
     assert len(_ids(old, " return")) == 1 and len(_ids(old, "return")) > 1
     summary = _add(src, out, "-t", "return", "-t", "when", "-t", "Frodo")
     assert summary["skipped"] == []
-    # Issue 39: no added token (matched anywhere, it would re-split "returned"); a merge of the two pieces where it
-    # changes no longer word, else ("return": "returned" is "ret" "urn" "ed") an entry only ignore_merges reaches
+    # Issue 39: no added token (matched anywhere, it would re-split "returned") and no merge (appended last, it would
+    # join "ret" "urn" inside "returned"): an entry only ignore_merges reaches
     mech = {a["form"]: (a["piece"], a["mechanism"]) for a in summary["added"]}
-    assert mech["return"] == ("return", "vocab") and mech["when"][1] in ("merge", "vocab")
+    assert mech["return"] == ("return", "vocab") and mech["when"] == ("when", "vocab")
     assert mech["Frodo"] == ("Frodo", "vocab") and mech[" Frodo"] == ("ĠFrodo", "vocab")
     assert summary["contexts_not_one_token"]["return"] == ["'return'"]
     assert summary["longer_words_resplit"] == {}
@@ -293,9 +294,9 @@ def test_byte_level_word_inside_an_existing_token_does_not_split_it(tmp_path):
     assert [len(_ids(old, t)) for t in (" function", " additional", "tion", " tion", "addition", " addition")] == \
         [1, 1, 2, 2, 2, 2]
     summary = _add(src, out, "-t", "tion", "-t", "addition")
-    # each form a whole pre-token: a merge where it changes no longer word, else an entry only ignore_merges
-    # reaches; never an added token, which would split " function" (issue 39)
-    assert {a["mechanism"] for a in summary["added"]} <= {"merge", "vocab"}
+    # each form a whole pre-token: an entry only ignore_merges reaches; never an added token, which would split
+    # " function", nor a merge, which would join "add" "ition" inside "additionally" (issue 39)
+    assert {a["mechanism"] for a in summary["added"]} == {"vocab"}
     assert [a["form"] for a in summary["added"]] == ["tion", " tion", "addition", " addition"]
     assert summary["longer_words_resplit"] == {}
     new = AutoTokenizer.from_pretrained(out)
@@ -339,12 +340,13 @@ def _bytelevel_checkpoint(path: Path, edit) -> Path:
 
 
 def test_byte_level_with_ignore_merges_already_set_keeps_its_class(tmp_path):
-    # Llama 3 ships ignore_merges: the bare form of two pieces is a merge; neither the model options nor the class change.
+    # Llama 3 ships ignore_merges: the bare form of two pieces is an entry it alone reaches; neither the model options
+    # nor the class change.
     src = _bytelevel_checkpoint(tmp_path / "src", lambda data: data["model"].update(ignore_merges=True))
     out = tmp_path / "out"
     word = _one_token_after_a_space(TokenizerEditor(src).vocab)
     plan = TokenizerEditor(src).plan([word])
-    assert [(t.form, t.mechanism) for t in plan.new] == [(word, "merge")]
+    assert [(t.form, t.mechanism) for t in plan.new] == [(word, "vocab")]  # not a merge, which reaches longer words
     assert not plan.set_ignore_merges and _but_contexts(plan.notes) == []
     summary = _add(src, out, "-t", word)
     assert _but_contexts(summary["tokenizer_notes"]) == []

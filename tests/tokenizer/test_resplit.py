@@ -18,11 +18,13 @@ from vocabsurgeon.cli.commands import cli
 from vocabsurgeon.tokenizer import resplit
 from vocabsurgeon.tokenizer.editor import TokenizerEditor
 
-WORDS = ["REQ", "unread", "BAD", "stdin", "subclasses", "return", "Handler"]
-HOLDERS = ["REQUEST", "unreadable", "BADGE", "stdinout", "subclassesOf", "returned", "Handlerless", "REQUESTS"]
+WORDS = ["REQ", "unread", "BAD", "stdin", "subclasses", "return", "Handler", "Frodo"]
+HOLDERS = ["REQUEST", "unreadable", "BADGE", "stdinout", "subclassesOf", "returned", "Handlerless", "REQUESTS",
+           "Frodos", "Frodolike"]
 # The words as words: one token there (a sentence start, after a space, before punctuation).
 AS_WORDS = ["REQ", " REQ", " unread.", " BAD,", " stdin", " subclasses", "stdin"]
-CORPUS = "The REQUEST was unreadable, said the BADGE; stdinout returned subclassesOf a Handlerless REQUESTS list."
+CORPUS = ("The REQUEST was unreadable, said the BADGE; stdinout returned subclassesOf a Handlerless REQUESTS list "
+          "of Frodolike Frodos.")
 # Byte-level BPE where ignore_merges is allowed (GPT-2's and Llama 3's files): every longer word keeps its ids.
 KEEPS = {"gpt2", "llama3"}
 
@@ -42,14 +44,16 @@ def _texts() -> list[str]:
 
 def _check(src: Path, out: Path, summary: dict, keeps: bool) -> None:
     texts = _texts()
-    old_fast = Tokenizer.from_file(str(src / "tokenizer.json")) if (src / "tokenizer.json").is_file() else None
-    new_fast = Tokenizer.from_file(str(out / "tokenizer.json"))
     old_hf, new_hf = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(out)
+    # tokenizers alone: the written file against the input as transformers built it (Llama 2's output is written
+    # in the pipeline of the class that loads it, docs/families.md)
+    old_fast = Tokenizer.from_str(old_hf.backend_tokenizer.to_str())
+    new_fast = Tokenizer.from_file(str(out / "tokenizer.json"))
     reported = summary["longer_words_resplit"]
     for text in texts:
         before = old_hf(text, add_special_tokens=False)["input_ids"]
         after = new_hf(text, add_special_tokens=False)["input_ids"]
-        fast_same = old_fast is None or old_fast.encode(text, add_special_tokens=False).ids == \
+        fast_same = old_fast.encode(text, add_special_tokens=False).ids == \
             new_fast.encode(text, add_special_tokens=False).ids
         if keeps:
             assert after == before and fast_same, (text, new_hf.convert_ids_to_tokens(after))
@@ -71,22 +75,25 @@ def test_a_word_that_holds_a_new_word_keeps_its_ids_or_the_plan_reports_it(name,
     _check(src, tmp_path / "out", summary, name in KEEPS)
 
 
-@pytest.mark.parametrize("family", ["unigram", "wordpiece"])
+@pytest.mark.parametrize("family", ["unigram", "wordpiece-cased"])
 def test_every_family_keeps_or_reports_longer_words(family, tmp_path):
     src = family_checkpoint(tmp_path / "src", family)
     summary = _add(src, tmp_path / "out")
     _check(src, tmp_path / "out", summary, False)
 
 
-def test_a_merge_that_re_splits_a_longer_word_becomes_an_entry_only_the_whole_word_reaches(published):
-    """GPT-2 splits " softmax" in two ("Ġsoft" "max"), so a merge appended last would make it, and would also
-    join " softmaxed" ("Ġsoft" "max" "ed") into " softmax" "ed": the plan finds that in the corpus and
-    writes " softmax" as an entry that ignore_merges alone reaches."""
-    ed = TokenizerEditor(published("gpt2"))
-    assert [t.mechanism for t in TokenizerEditor(published("gpt2")).plan(["softmax"]).new] == ["merge", "merge"]
-    plan = ed.plan(["softmax"], corpus=["the softmaxed logits"])
+def test_a_form_of_two_pieces_is_no_merge_where_an_entry_only_the_whole_word_reaches_is_allowed(published, tmp_path):
+    """GPT-2 splits " softmax" in two ("Ġsoft" "max"): a merge appended last would also join " softmaxed"
+    ("Ġsoft" "max" "ed") into " softmax" "ed". It is an entry that only ignore_merges reaches; with
+    --gguf-parity (merges and added tokens only, which llama.cpp reads alike) it is the merge, and the plan
+    reports the longer word it re-splits."""
+    corpus = ["the softmaxed logits"]
+    plan = TokenizerEditor(published("gpt2")).plan(["softmax"], corpus=corpus)
     assert {t.form: t.mechanism for t in plan.new} == {"softmax": "vocab", " softmax": "vocab"}
     assert plan.resplits == {} and plan.checked_holders > 0
+    parity = TokenizerEditor(published("gpt2"), gguf_parity=True).plan(["softmax"], corpus=corpus)
+    assert {t.mechanism for t in parity.new} == {"merge"}
+    assert [(ex["text"].strip(), ex["after"][-1]) for ex in parity.resplits["softmax"]][0] == ("softmaxed", "ed")
 
 
 def test_holders_are_found_in_the_vocabulary_and_the_corpus_and_only_inside_longer_words(published):

@@ -402,14 +402,6 @@ class TokenizerEditor:
         while True:
             plan = self._numbered(new, skipped, notes, start, reuse)
             failures, plan.contexts, plan.file_only_contexts = self._failures(plan, chat)
-            redraft = [w for w in words if w in self._redraft and w not in failures]
-            if redraft:  # merges that re-split a longer word, drafted again as entries only the whole word reaches
-                again, more_skipped, _ = self._draft(redraft, special)
-                new = [t for t in new if t.text not in self._redraft] + again
-                skipped = skipped + more_skipped
-                order = {w: i for i, w in enumerate(words)}
-                new.sort(key=lambda t: order.get(t.text, len(order)))
-                continue
             if not failures:
                 break
             failed.update(failures)
@@ -425,9 +417,9 @@ class TokenizerEditor:
             w, seen = next(iter(plan.resplits.items()))
             ex = seen[0]
             note = (f"{len(plan.resplits)} kept token(s) re-split longer words that hold them (e.g. {w!r}: {ex['text']!r} "
-                    f"{ex['before']} -> {ex['after']}): added tokens are matched anywhere in raw text by every runtime, "
-                    "and this tokenizer allows no entry that only the whole word reaches (each word's longer words: "
-                    "longer_words_resplit in --json)")
+                    f"{ex['before']} -> {ex['after']}): this tokenizer allows no entry that only the whole word reaches "
+                    "(docs/families.md: added tokens are matched anywhere in raw text, by every runtime); each word's "
+                    "longer words: longer_words_resplit in --json")
             plan.notes.append(note)
             logger.warning("%s", note)
         if plan.contexts:
@@ -510,7 +502,6 @@ class TokenizerEditor:
             fail, the pre-tokenizer joins "(" or '"' to the word, so no entry can be produced there
             without changing old text (Llama 3's "(striped"), and the word keeps its old pieces there.
         """
-        self._redraft: set[str] = set()
         if not plan.new:
             return {}, {}, {}
         tok = unpadded(Tokenizer.from_str(json.dumps(self.edited(plan))))
@@ -600,19 +591,11 @@ class TokenizerEditor:
 
     def _check_resplits(self, plan: TokenizerPlan, tok: Tokenizer) -> None:
         """Tokenize every old text that holds a new word inside a longer word (`holders`) with the original and
-        the edited tokenizer `tok`: a merge that changes one is drafted again as an entry that only the whole
-        word reaches where the family allows one (`self._redraft`); any other change is reported per word
-        (`plan.resplits`)."""
-        by_id = {t.id: t for t in plan.new}
+        the edited tokenizer `tok`, and report each change per word (`plan.resplits`): where the family's
+        entries cannot keep longer words (added tokens, merges, Unigram pieces, WordPiece entries)."""
         held = self.holders(list(dict.fromkeys(t.text for t in plan.new)), self._corpus)
         plan.checked_holders = sum(map(len, held.values()))
-        changes = resplit.changed(self.tok, tok, held, {i: t.text for i, t in by_id.items()})
-        for w, seen in changes.items():
-            merges = [t for t in plan.new if t.text == w and t.mechanism == "merge"]
-            if merges and self.family is not None and all([self.family.without_merge(t.form) for t in merges]):
-                self._redraft.add(w)
-            else:
-                plan.resplits[w] = seen
+        plan.resplits.update(resplit.changed(self.tok, tok, held, {t.id: t.text for t in plan.new}))
 
     def splits_numbers(self) -> bool:
         """Whether the pre-tokenizer cuts numbers into single digits or groups (Llama 3: up to three,

@@ -66,10 +66,10 @@ class Holders:
 
 
 def variants(text: str) -> tuple[str, ...]:
-    """A holder as the texts it stands for: the word alone and after a space ("returned", " returned"),
-    whichever way its entry is spelled."""
+    """A holder as the texts it stands for, whichever way its entry is spelled: the word alone, after a space
+    and after a bracket ("returned", " returned", "(returned": SentencePiece keeps "▁(returned" one pre-token)."""
     bare = text.lstrip(" ")
-    return (bare, " " + bare) if bare else ()
+    return (bare, " " + bare, "(" + bare) if bare else ()
 
 
 def vocabulary_texts(tok: Tokenizer) -> list[str]:
@@ -88,9 +88,9 @@ def changed(old: Tokenizer, new: Tokenizer, holders: dict[str, list[str]], owner
     """The texts of `holders` (word -> texts that hold it) that `new` tokenizes otherwise than `old`, by the
     new word(s) whose ids (`owner`: id -> word) the new ids hold: word -> up to EXAMPLES
     {"text", "before", "after"} (pieces)."""
-    new_words = {w.strip() for w in owner.values()}  # a variant that is itself a new word is no old text
-    texts = list(dict.fromkeys(v for ts in holders.values() for t in ts for v in variants(t)
-                               if v.strip() not in new_words))
+    new_words = {w.strip() for w in owner.values()}  # a holder that is itself a new word is no old text
+    texts = list(dict.fromkeys(v for ts in holders.values() for t in ts if t.strip() not in new_words
+                               for v in variants(t)))
     if not texts:
         return {}
     out: dict[str, list[dict]] = {}
@@ -99,7 +99,8 @@ def changed(old: Tokenizer, new: Tokenizer, holders: dict[str, list[str]], owner
             continue
         culprits = [owner[i] for i in dict.fromkeys(b) if i in owner] or [w for w, ts in holders.items()
                                                                             if any(text.strip() == t.strip() for t in ts)]
-        for w in dict.fromkeys(culprits):
+        # a new word that the text holds as a word ("sNaN" in "sNaN123") is no re-split: it is one token there
+        for w in dict.fromkeys(w for w in culprits if inside(text, w)):
             seen = out.setdefault(w, [])
             if len(seen) < EXAMPLES:
                 seen.append({"text": text, "before": [old.id_to_token(i) for i in a],

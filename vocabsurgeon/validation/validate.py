@@ -166,8 +166,8 @@ def longer_words(old_tok, new_tok, paragraphs: list[str], words: dict[str, set[i
     anywhere in raw text: the plan reports those per word)."""
     held = resplit.Holders(resplit.corpus_words(paragraphs)).holding(words)
     held = {w: [t for t in ts if resplit.inside(t, w)] for w, ts in held.items()}
-    texts = list(dict.fromkeys(v for ts in held.values() for t in ts for v in resplit.variants(t)
-                               if v.strip() not in words))  # a new word itself is no old text
+    texts = list(dict.fromkeys(v for ts in held.values() for t in ts if t.strip() not in words
+                               for v in resplit.variants(t)))  # a new word itself is no old text
     if reported is None:
         added = getattr(new_tok, "added_tokens_decoder", None) or {}
         reported = {w for w, ids in words.items() if ids & set(added)}
@@ -178,7 +178,8 @@ def longer_words(old_tok, new_tok, paragraphs: list[str], words: dict[str, set[i
         if a == b:
             continue
         culprits = {owner[i] for i in b if i in owner}
-        if not culprits or culprits - reported:
+        inside = {w for w in culprits if resplit.inside(text, w)}  # not those it holds as a word ("sNaN123")
+        if not culprits or inside - reported:
             unreported.append({"text": text, "before": a, "after": b})
     return sum(map(len, held.values())), unreported
 

@@ -116,11 +116,6 @@ class Family:
         """tokenizer.json's "decoder" for the output: the input's, unless the new entries need a step more."""
         return decoder
 
-    def without_merge(self, form: str) -> bool:
-        """After the plan found that the merge for `form` re-splits a longer word: True where the family drafts
-        the word again with an entry that only the whole word reaches; False keeps the merge (reported)."""
-        return False
-
     def merge_pair(self, form: str) -> tuple[str, str] | None:
         """The two existing pieces a "merge" entry for `form` joins."""
         return None

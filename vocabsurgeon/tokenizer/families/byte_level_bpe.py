@@ -201,7 +201,6 @@ class ByteLevelBPE(Family):
         self.risks: dict[str, str] = {}
         self.inside_old: set[str] = set()  # garbled forms whose characters an existing token holds
         self.not_for_gguf: set[str] = set()  # words with a form left out by --gguf-parity (only ignore_merges reaches it)
-        self.no_merge: set[str] = set()  # forms whose merge re-splits a longer word (`without_merge`)
 
     # --- what this family knows about its tokenizer
 
@@ -306,26 +305,22 @@ class ByteLevelBPE(Family):
         for form in (w, " " + w):
             garbled = self.garbled(form)
             whole = self.whole(form)
-            # A form gets an entry (merge or vocab) wherever it is a whole pre-token, never an added token
-            # there: an added token is matched anywhere in raw text, by every runtime, so it would re-split each
-            # longer word that holds the form ("REQ" in "REQUEST", "unread" in "unreadable"; issue 39).
-            # - A merge at the lowest priority applies only where BPE, after every old merge, leaves the form's
-            #   two pieces side by side: in the form itself, and inside a longer pre-token only where that
-            #   pre-token's old pieces hold the pair ("returned" as "ret" "urn" "ed"). Every runtime reads it
-            #   alike; the plan checks it on the vocabulary and the corpora (`no_merge` after a change).
-            # - An entry that only ignore_merges reaches applies to the whole pre-token alone: no longer word ever
-            #   changes. transformers reaches it; llama.cpp only for the pre-tokenizer types where it applies
-            #   ignore_merges (llama-bpe), and elsewhere splits the word into its old pieces (a note says so).
-            # - An added token only where neither fits (a form the pre-tokenizer splits, or ignore_merges not
-            #   allowed): reported per word with the longer words it re-splits (TokenizerPlan.resplits).
-            # --gguf-parity: only what llama.cpp reads as transformers does (merges, added tokens), as before
-            # issue 39: an entry only where an added token would split an existing token or garble the form.
-            if self.ed.gguf_parity:
+            # A form that is a whole pre-token is never an added token (matched anywhere in raw text, by every
+            # runtime, it would re-split each longer word that holds it: "REQ" in "REQUEST"; issue 39):
+            # - where ignore_merges is allowed, an entry that only it reaches: it applies to a whole pre-token equal
+            #   to the entry alone, so no longer word ever changes. transformers reaches it; llama.cpp only for the
+            #   pre-tokenizer types where it applies ignore_merges (llama-bpe), and elsewhere gives the word its
+            #   old pieces: old text keeps its ids there too (a note says so). Not a merge: a merge appended last
+            #   also joins its two pieces inside a longer pre-token whose old pieces hold them ("additionally");
+            # - elsewhere (and with --gguf-parity, which writes only what llama.cpp reads as transformers does)
+            #   one merge where BPE splits the form in two, else an added token: the plan reports per word the
+            #   longer words they re-split (TokenizerPlan.resplits).
+            if self.ed.gguf_parity:  # as before issue 39: an entry only where an added token would break
                 whole = whole and (garbled or form in self.risks)
-            if whole and form not in self.no_merge and self.merge_pair(form):
-                out.append(Entry(form, byte_level(form), "merge"))
-            elif whole and self.entries_allowed() and not self.ed.gguf_parity:
+            if whole and self.entries_allowed() and not self.ed.gguf_parity:
                 out.append(Entry(form, byte_level(form), "vocab"))
+            elif whole and self.merge_pair(form):
+                out.append(Entry(form, byte_level(form), "merge"))
             elif whole and garbled and self.repairable(form) and not (form == w and self.splits_word_start(w)):
                 out.append(Entry(form, form, "added"))
             elif whole and self.entries_allowed():  # --gguf-parity
@@ -339,14 +334,6 @@ class ByteLevelBPE(Family):
             else:
                 out.append(Entry(form, form, "added"))
         return out
-
-    def without_merge(self, form: str) -> bool:
-        """After the plan found that the merge for `form` re-splits a longer word: make it an entry that only
-        ignore_merges reaches, where one is allowed (True: draft the word again), else keep the merge (False)."""
-        if form in self.no_merge or not self.entries_allowed() or self.ed.gguf_parity:
-            return False
-        self.no_merge.add(form)
-        return True
 
     def repairable(self, form: str) -> bool:
         """Whether an added token for the garbled `form` can decode as written: the output is loaded as
@@ -414,9 +401,10 @@ class ByteLevelBPE(Family):
         entries = [t for t in new if t.mechanism == "vocab"]
         if entries:
             note = (f"{len(entries)} token(s) (e.g. {entries[0].form!r}) are vocabulary entries that only ignore_merges "
-                    "reaches (neither a merge of two pieces nor an added token fits them): transformers gives them one "
-                    "token, llama.cpp only where its pre-tokenizer type applies ignore_merges (llama-bpe) and splits "
-                    "them elsewhere (docs/gguf.md; --gguf-parity leaves them out)")
+                    "reaches, so that no longer word that holds them changes (an added token or a merge would re-split "
+                    "it): transformers gives them one token, llama.cpp only where its pre-tokenizer type applies "
+                    "ignore_merges (llama-bpe), and their old pieces elsewhere (docs/gguf.md; --gguf-parity writes "
+                    "merges and added tokens instead, which llama.cpp reads alike)")
             notes.append(note)
             logger.info("%s", note)
 
