@@ -136,7 +136,7 @@ def recipe(editor, corpus_path: Path, n: int):
     return Tokenizer.from_str(json.dumps(data)), added
 
 
-def compression(sizes: list[int]) -> tuple[str, list[dict]]:
+def compression(sizes: list[int], results: Path | None = None, json_path: Path | None = None) -> tuple[str, list[dict]]:
     sys.path.insert(0, str(HERE.parent / "fixtures"))
     from published import tiny_llama
 
@@ -174,8 +174,13 @@ def compression(sizes: list[int]) -> tuple[str, list[dict]]:
                        "seconds": round(seconds, 1), "load": bench.load_average(bench.uptime())}
                 print(row, flush=True)
                 rows.append(row)
+                bench.publish(_table(rows, len(english)), rows, results, json_path, BEGIN, END)  # row by row
+    return _table(rows, len(english)), rows
+
+
+def _table(rows: list[dict], n_old: int) -> str:
     lines = [f"Held-out tokens per byte (lower is better) and old-text paragraphs whose ids changed, "
-             f"{bench.machine_line()}. Old text: {len(english):,} paragraphs of English manual pages and the packaged "
+             f"{bench.machine_line()}. Old text: {n_old:,} paragraphs of English manual pages and the packaged "
              "sample; `--keep-text`: 2,000 other paragraphs of the English pages.",
              "", "| tokenizer | text | N | corpus MB | original | extend | extend --keep-text | recipe | tokens added "
              "(extend / recipe) | old text changed (extend / --keep-text / recipe) | extend s (load) |",
@@ -185,7 +190,7 @@ def compression(sizes: list[int]) -> tuple[str, list[dict]]:
                      f"{r['extend']:.4f} | {r['kept']:.4f} | {r['recipe']:.4f} | {r['extend_tokens']:,} / "
                      f"{r['recipe_tokens']:,} | {r['extend_changed']} / {r['kept_changed']} / {r['recipe_changed']} | "
                      f"{r['seconds']} ({r['load']}) |")
-    return "\n".join(lines), rows
+    return "\n".join(lines)
 
 
 def speed(mb: int, n: int) -> tuple[str, list[dict]]:
@@ -248,8 +253,7 @@ def main() -> None:
         text, rows = speed(args.mb, 8000)
         bench.publish(text, rows, args.results, args.json, SPEED_BEGIN, SPEED_END)
     else:
-        text, rows = compression(args.sizes)
-        bench.publish(text, rows, args.results, args.json, BEGIN, END)
+        text, rows = compression(args.sizes, args.results, args.json)
     print(text)
 
 

@@ -197,6 +197,8 @@ def test_cli_writes_validates_and_reports(tmp_path):
     d = json.loads(r.stdout)
     assert d["validation"]["passed"] and d["extend"]["new_tokens"] == 40
     assert Checkpoint.open(tmp_path / "out").config["vocab_size"] == d["rows_after"]
+    card = (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
+    assert "40 sub-word tokens learned from `new_language.txt`" in card and "new word(s)" not in card
 
 
 @pytest.mark.parametrize("args, message", [

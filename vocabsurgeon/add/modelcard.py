@@ -293,12 +293,26 @@ def _card_source(summary: dict, report: Report | dict | None = None, *, base_car
     init = summary.get("init", {})
     tied = summary.get("tied")
     title = repo.split("/")[-1] if repo else _local_name(summary.get("input"))
+    extend = summary.get("extend")
+    if extend:  # `vocabsurgeon extend`: sub-word pieces learned from a corpus, not words
+        head = [
+            f"# {title} + {len(words)} new sub-word token{'s' if len(words) != 1 else ''}", "",
+            f"This checkpoint is {base_text} with {len(words)} sub-word tokens learned from "
+            f"`{Path(extend['corpus']).name}` ({extend['corpus_bytes']:,} bytes) by {summary.get('tool', 'vocabsurgeon')} "
+            "`extend`, which continues the tokenizer's BPE training: the new merges come after every old one. The old "
+            "rows of every vocabulary matrix are bit-identical to the base model's and every other tensor is "
+            "byte-identical; old tokens, ids and merges are unchanged, and text changes tokens only where a new "
+            f"merge's pair occurs. The corpus's tokens per byte: {extend['tokens_per_byte']['before']:.4f} -> "
+            f"{extend['tokens_per_byte']['after']:.4f}.", ""]
+    else:
+        head = [
+            f"# {title} + {len(words)} new word{'s' if len(words) != 1 else ''}", "",
+            f"This checkpoint is {base_text} with {len(words)} new word(s) added to its vocabulary by "
+            f"{summary.get('tool', 'vocabsurgeon')}. The old rows of every vocabulary "
+            "matrix are bit-identical to the base model's and every other tensor is byte-identical; text without the "
+            "new words tokenizes exactly as before.", ""]
     lines = [
-        f"# {title} + {len(words)} new word{'s' if len(words) != 1 else ''}", "",
-        f"This checkpoint is {base_text} with {len(words)} new word(s) added to its vocabulary by "
-        f"{summary.get('tool', 'vocabsurgeon')}. The old rows of every vocabulary "
-        "matrix are bit-identical to the base model's and every other tensor is byte-identical; text without the "
-        "new words tokenizes exactly as before.", "",
+        *head,
         "## Surgery", "",
         "| | |", "|---|---|",
         f"| base model | {base_text} |",
