@@ -286,7 +286,7 @@ def plan_tokens(target: Target, tokens: list[str]) -> Plan:
     """
     ckpt, layout, options = target.ckpt, target.layout, target.options
     check_word_count(len(tokens))  # before the tokenizer is read: a list too long to plan is refused at once
-    editor = TokenizerEditor(ckpt.path, gguf_parity=options.gguf_parity)
+    editor = TokenizerEditor(ckpt.path, gguf_parity=options.gguf_parity, model_config=ckpt.config)
     if editor.size > layout.rows:
         raise InputError(
             f"{ckpt.path / TOKENIZER_FILE}: the tokenizer has ids up to {editor.size - 1}, but '{layout.embedding}' "
