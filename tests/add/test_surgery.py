@@ -182,7 +182,7 @@ def test_verification_of_many_tokens_still_catches_a_wrong_one(gpt2_ckpt, tmp_pa
     # a word in the middle that is not one token in the written tokenizer (grouping and batching
     # must report that word, not a neighbour)
     tokens.new[400] = type(bad)(**{**bad.__dict__, "text": "Qqzx" + bad.text})
-    with pytest.raises(VocabSurgeonError, match=f"token 'Qqzx{bad.text}': 'Qqzx{bad.text}' encodes to"):
+    with pytest.raises(VocabSurgeonError, match=f"token 'Qqzx{bad.text}': '[^']*Qqzx{bad.text}[^']*' encodes to"):
         verify_tokenizer(tmp_path / "out", tokens)
     tokens.new[400] = bad
     verify_tokenizer(tmp_path / "out", tokens)

@@ -85,14 +85,14 @@ def test_every_family_keeps_or_reports_longer_words(family, tmp_path):
 def test_a_form_of_two_pieces_is_no_merge_where_an_entry_only_the_whole_word_reaches_is_allowed(published, tmp_path):
     """GPT-2 splits " softmax" in two ("Ġsoft" "max"): a merge appended last would also join " softmaxed"
     ("Ġsoft" "max" "ed") into " softmax" "ed". It is an entry that only ignore_merges reaches; with
-    --gguf-parity (merges and added tokens only, which llama.cpp reads alike) it is the merge, and the plan
+    --gguf-parity (merges and added tokens only, which llama.cpp reads alike) it is an added token, and the plan
     reports the longer word it re-splits."""
     corpus = ["the softmaxed logits"]
     plan = TokenizerEditor(published("gpt2")).plan(["softmax"], corpus=corpus)
     assert {t.form: t.mechanism for t in plan.new} == {"softmax": "vocab", " softmax": "vocab"}
     assert plan.resplits == {} and plan.checked_holders > 0
     parity = TokenizerEditor(published("gpt2"), gguf_parity=True).plan(["softmax"], corpus=corpus)
-    assert {t.mechanism for t in parity.new} == {"merge"}
+    assert {t.mechanism for t in parity.new} == {"added"}
     assert [(ex["text"].strip(), ex["after"][-1]) for ex in parity.resplits["softmax"]][0] == ("softmaxed", "ed")
 
 

@@ -288,7 +288,7 @@ def plan_tokens(target: Target, tokens: list[str]) -> Plan:
     """
     ckpt, layout, options = target.ckpt, target.layout, target.options
     check_word_count(len(tokens))  # before the tokenizer is read: a list too long to plan is refused at once
-    editor = TokenizerEditor(ckpt.path, gguf_parity=options.gguf_parity)
+    editor = TokenizerEditor(ckpt.path, gguf_parity=options.gguf_parity, model_config=ckpt.config)
     size = editor.size  # once: the property scans every id (128k on Llama 3); per new token it cost 9 s (issue 38)
     if size > layout.rows:
         raise InputError(

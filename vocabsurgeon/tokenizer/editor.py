@@ -198,8 +198,9 @@ def _differs_from_sentencepiece(model_file: Path, data: dict) -> tuple[str, list
 class TokenizerEditor:
     """A checkpoint's fast tokenizer, opened for adding tokens."""
 
-    def __init__(self, path: str | Path, *, gguf_parity: bool = False):
+    def __init__(self, path: str | Path, *, gguf_parity: bool = False, model_config: dict | None = None):
         self.dir = Path(path)
+        self.model_config = model_config  # config.json as the caller read it (None: read here when needed)
         # only entries that llama.cpp reads as transformers does (the families' gguf_parity notes)
         self.gguf_parity = gguf_parity
         file = self.dir / TOKENIZER_FILE
@@ -622,7 +623,8 @@ class TokenizerEditor:
         if not hasattr(self, "_forced_class"):
             self._forced_class = None
             cfg = self.dir / CONFIG_NAME
-            model_type = (read_json(cfg) if cfg.exists() else {}).get("model_type")
+            config = self.model_config if self.model_config is not None else read_json(cfg) if cfg.exists() else {}
+            model_type = config.get("model_type")
             try:
                 from transformers.models.auto import tokenization_auto as auto
             except Exception:  # noqa: BLE001 - no transformers list: nothing is known to be forced

@@ -1,4 +1,5 @@
-"""Byte-level BPE (GPT-2, Llama 3, Qwen): added tokens "Frodo" and " Frodo", real entries where those would break."""
+"""Byte-level BPE (GPT-2, Llama 3, Qwen): entries "Frodo" and " Frodo" that only a whole pre-token reaches (issue 39),
+merges and added tokens where ignore_merges is not allowed or --gguf-parity asks for what llama.cpp reads alike."""
 
 from __future__ import annotations
 
@@ -170,19 +171,17 @@ class WholePreTokens:
 
 
 class ByteLevelBPE(Family):
-    """Two added tokens per word (the space is part of " Frodo"). A form that an added token would
-    break (a bare form the ByteLevel decoder would garble, "Éowyn" -> "Ã\\x89owyn", or a form inside an
-    existing token, "return" inside " return") and that is a whole pre-token is written, where it can be,
-    so that llama.cpp reads it as transformers does (llama.cpp applies ignore_merges only for some
-    pre-tokenizer types, and splits an entry that only ignore_merges reaches elsewhere):
-    - a form BPE splits into two existing pieces: one merge, appended last (read by every BPE runtime,
-      and by transformers' classes that rebuild the tokenizer from vocab and merges);
-    - a garbled form: an added token (llama.cpp's converter makes it USER_DEFINED, matched before BPE as
-      transformers matches added tokens), with a Replace step before the decoder that spells it as
-      its bytes (`decoder`), so that it decodes as written;
-    - otherwise (three or more pieces, and an added token would split an existing token) a vocabulary
-      entry with ignore_merges: transformers reaches it, llama.cpp only where its pre-tokenizer type
-      sets ignore_merges (a note says so).
+    """Two entries per word, "Frodo" and " Frodo" (the space is part of the second), chosen so that a longer
+    word that holds the word keeps its old pieces (issue 39; `entries` says which, docs/families.md why):
+    - where ignore_merges is allowed, a form that is a whole pre-token is a vocabulary entry that only
+      ignore_merges reaches: no longer pre-token ever changes; transformers reaches it, llama.cpp only
+      where its pre-tokenizer type sets ignore_merges, and gives the word its old pieces elsewhere;
+    - elsewhere, and with --gguf-parity (only what llama.cpp reads as transformers does), a form that an
+      added token would break (a bare form the ByteLevel decoder would garble, "Éowyn" -> "Ã\\x89owyn", or a
+      form inside an existing token, "return" inside " return") and that is a whole pre-token is one merge
+      appended last where BPE splits it into two existing pieces, a garbled form is an added token with a
+      Replace step before the decoder that spells it as its bytes (`decoder`); other forms are added tokens.
+      The plan reports the longer words these re-split (TokenizerPlan.resplits).
     No merge chain: its first merge would join two pieces of the word wherever they meet ("M" "Ã¼" in
     "Müde"), changing text without the word. Skipped: a garbled form that can be none of these, a
     word whose bare form would split its own word-start token and cannot be an entry."""
