@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from bench import common
+from vocabsurgeon import read_tokens_file
 from vocabsurgeon.checkpoint.filenames import REPORT_NAME
 
 HERE = Path(__file__).resolve().parents[1]
@@ -130,17 +131,17 @@ def fitted(work: Path, out: Path, cuda: bool, ways: list[str] | None = None) -> 
     """`add --init fitted` (validated on held-out text) on cuda in the checkpoint's dtype, in float32, and on
     the CPU, for each model there is: the trained fixture always, SmolLM2-135M when bench/work holds it."""
     fit, held = _held_split(work)
-    models = [("llama-tiny", FIXTURES / "llama-tiny", [w.strip() for w in (FIXTURES / "lotr.txt").read_text().split()
-                                                       if w.strip()])]
+    lotr = read_tokens_file(FIXTURES / "lotr.txt")
+    models = [("llama-tiny", FIXTURES / "llama-tiny", lotr, fit, held)]
     smol = common.WORK / "smollm2-135m-instruct"
     words = sorted(common.WORK.glob("domain-words-smollm2-135m-instruct-*.txt"))
     if cuda and smol.is_dir() and words:
-        models.append(("SmolLM2-135M", smol, words[0].read_text(encoding="utf-8").split()))
-        fit, held = common.WORK / "domain-fit.txt", common.WORK / "domain-held.txt"
+        models.append(("SmolLM2-135M", smol, read_tokens_file(words[0]),
+                       common.WORK / "domain-fit.txt", common.WORK / "domain-held.txt"))
     default = (["cuda:checkpoint", "cuda:float32"] if cuda else []) + ["cpu:float32", "cpu:bfloat16"]
     ways = [tuple(w.split(":")) for w in (ways or default)]  # (--device, --dtype)
     rows = []
-    for name, src, model_words in models:
+    for name, src, model_words, fit, held in models:
         for device, dtype in ways:
             dest = work / f"gpu-check-fitted-{name}-{device}-{dtype}"
             row = {"model": name, "words": len(model_words), "device": device, "dtype": dtype}

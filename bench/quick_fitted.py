@@ -143,7 +143,7 @@ def _rows(rows: list[dict], ref: dict) -> list[str]:
              "mean (bound) | `add` wall s (CPU s) | peak RSS MB | oracle Adam passes, loss nats/token before -> "
              "after | load average |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for r in sorted(rows, key=lambda r: (r["words"], list(RUNS).index(r["init"]), r.get("dtype", "float32"))):
+    for r in sorted(rows, key=lambda r: (r["words"], list(RUNS).index(r["init"]), r.get("dtype", "float32") != "float32")):
         f32 = {**r, "dtype": "float32"}  # mean and the oracle run no model: their float32 rows are the reference
         mean = ref.get(key({**f32, "init": "mean"}))
         best = min((ref[key({**f32, "init": o})] for o in RUNS if "oracle" in o and key({**f32, "init": o}) in ref),
