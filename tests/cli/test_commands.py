@@ -235,16 +235,10 @@ def test_internal_errors_are_one_line(monkeypatch, gpt2_ckpt, tmp_path):
     assert not list(tmp_path.glob(".out.vocabsurgeon-staging-*"))
 
 
-@pytest.mark.parametrize(("flags", "imported"), [
-    # Issue 39: a byte-level word is an entry that only ignore_merges reaches; whether transformers keeps that option
-    # on load (the class it forces on the model type, the class tokenizer_config names) is asked of transformers
-    (("-t", "Frodo"), "['torch', 'transformers']"),
-    # merges and added tokens need no such question: importing torch costs over a second and transformers
-    # several, more than a whole surgery
-    (("-t", "Frodo", "--gguf-parity"), "[]"),
-])
-def test_add_imports_torch_and_transformers_only_to_ask_how_transformers_loads_the_tokenizer(gpt2_ckpt, tmp_path,
-                                                                                            flags, imported):
+@pytest.mark.parametrize("flags", [("-t", "Frodo"), ("-t", "Frodo", "--gguf-parity")])
+def test_default_add_does_not_import_torch_or_transformers(gpt2_ckpt, tmp_path, flags):
+    # Importing torch costs over a second and transformers several: more than a whole surgery. Whether
+    # transformers keeps ignore_merges on load (issue 39's entries) is read from its source, not imported.
     import subprocess
     import sys
 
@@ -256,7 +250,7 @@ def test_add_imports_torch_and_transformers_only_to_ask_how_transformers_loads_t
     r = subprocess.run([sys.executable, "-c", code, "add", "-q", "--no-validate", *flags, str(gpt2_ckpt),
                         str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip().splitlines()[-1] == imported
+    assert r.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_the_package_exports_the_checks_without_importing_torch():

@@ -9,6 +9,9 @@ was written. Details: docs/internals.md.
 
 from __future__ import annotations
 
+import ast
+import functools
+import importlib.util
 import json
 import logging
 import re
@@ -194,6 +197,32 @@ def _differs_from_sentencepiece(model_file: Path, data: dict) -> tuple[str, list
             return text, got, want
     return None
 
+
+
+@functools.lru_cache(maxsize=1)
+def _types_with_incorrect_hub_class() -> frozenset[str] | set:
+    """transformers' MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS, read from the installed tokenization_auto.py's
+    source without importing it: importing transformers costs seconds, more than a whole `add --no-validate`,
+    and the list is a literal set of strings. Where the source cannot be read as such, an object that holds
+    every model type, so that `forced_class` imports transformers and asks it (the source of truth)."""
+
+    class _Every(set):
+        def __contains__(self, item) -> bool:
+            return True
+
+    try:
+        spec = importlib.util.find_spec("transformers")
+        if spec is None or spec.origin is None:
+            return frozenset()  # no transformers: nothing is forced
+        source = Path(spec.origin).parent / "models" / "auto" / "tokenization_auto.py"
+        for node in ast.parse(source.read_text(encoding="utf-8")).body:
+            target = node.target if isinstance(node, ast.AnnAssign) else (
+                node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
+            if isinstance(target, ast.Name) and target.id == "MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS":
+                return frozenset(ast.literal_eval(node.value))
+        return frozenset()  # a transformers without the list (forced_class then finds nothing either)
+    except (OSError, SyntaxError, ValueError):
+        return _Every()
 
 class TokenizerEditor:
     """A checkpoint's fast tokenizer, opened for adding tokens."""
@@ -625,6 +654,8 @@ class TokenizerEditor:
             cfg = self.dir / CONFIG_NAME
             config = self.model_config if self.model_config is not None else read_json(cfg) if cfg.exists() else {}
             model_type = config.get("model_type")
+            if model_type is None or model_type not in _types_with_incorrect_hub_class():
+                return None
             try:
                 from transformers.models.auto import tokenization_auto as auto
             except Exception:  # noqa: BLE001 - no transformers list: nothing is known to be forced
