@@ -137,8 +137,7 @@ def recipe(editor, corpus_path: Path, n: int):
 
 
 def compression(sizes: list[int], results: Path | None = None, json_path: Path | None = None) -> tuple[str, list[dict]]:
-    sys.path.insert(0, str(HERE.parent / "fixtures"))
-    from published import tiny_llama
+    tiny_llama = bench.fixture_module("published").tiny_llama
 
     from vocabsurgeon.add.plan import AddOptions, open_target
     from vocabsurgeon.extend.plan import PACKAGED_CORPUS, ExtendOptions, paragraphs, plan_extend
@@ -195,8 +194,7 @@ def _table(rows: list[dict], n_old: int) -> str:
 
 def speed(mb: int, n: int) -> tuple[str, list[dict]]:
     """Count and learn `n` merges on ~`mb` MB of every language's messages, with the GPT-2 tokenizer."""
-    sys.path.insert(0, str(HERE.parent / "fixtures"))
-    from published import fetch
+    fetch = bench.fixture_module("published").fetch
     from tokenizers import Tokenizer, models, trainers
 
     from vocabsurgeon.extend.learn import count_words, learn_merges
