@@ -187,7 +187,7 @@ def add_command(ctx, src, out, tokens_file, inline, dry_run, as_json, no_validat
       vocabsurgeon add -t '<|tool|>' --special --json ckpt/ out/ > summary.json
       vocabsurgeon add --tokens lotr.txt --push-to me/gpt2-lotr --create-pr openai-community/gpt2 out/
     """
-    from ..errors import InputError, PushError, ValidationFailed
+    from ..errors import InputError
     from ..add.pipeline import PushOptions, add_validate_push
     from ..add.plan import AddOptions, open_target, plan_tokens
     from ..add.wordlist import gather_tokens
@@ -220,44 +220,9 @@ def add_command(ctx, src, out, tokens_file, inline, dry_run, as_json, no_validat
     # Add, validate, the card with its figures, push: the library's pipeline, which calls back here
     # to print. On a validation failure OUT stays and ValidationFailed exits 3; on a push failure
     # PushError exits 4.
-    shown = []
-
-    def planned(plan) -> None:
-        if not quiet and not as_json:
-            click.echo(plan.describe(), err=True)
-
-    def step(name: str, done) -> None:
-        if quiet or as_json:
-            return
-        if done.report is not None and not shown:  # the validation's figures, once, before the next step
-            shown.append(True)
-            click.echo("\n".join(done.report.summary_lines()), err=True)
-        if name == "validate":
-            click.echo(f"Validating {done.result.out} against {done.result.plan.src} (--no-validate skips this)",
-                       err=True)
-        elif name == "push":
-            click.echo(f"Pushing {out} to {push_to}", err=True)
-
-    try:
-        with progress_bars(ctx, as_json) as progress:
-            done = add_validate_push(src, out, tokens, options, validation=None if no_validate else validation_opts,
-                                     push=push_options, revision=revision, token=hf_token, progress=progress,
-                                     on_plan=planned, on_step=step)
-    except ValidationFailed as e:
-        if as_json:
-            emit(e.finished.to_dict())
-        elif not quiet and e.report:
-            click.echo("\n".join(e.report.summary_lines()[:-1]), err=True)
-        raise
-    except PushError as e:
-        if as_json and getattr(e, "finished", None) is not None:
-            emit({**e.finished.to_dict(), "push": {"error": str(e)}})
-        raise
-    except Interrupted as e:
-        if as_json and getattr(e, "finished", None) is not None:  # interrupted after the output was written
-            emit({**e.finished.result.to_dict(), "interrupted": str(e)})
-        raise
-    step("done", done)
+    done = _run_reporting(ctx, as_json, out, push_to, lambda progress, on_plan, on_step: add_validate_push(
+        src, out, tokens, options, validation=None if no_validate else validation_opts, push=push_options,
+        revision=revision, token=hf_token, progress=progress, on_plan=on_plan, on_step=on_step))
     summary = done.to_dict()
     if as_json:
         emit(summary)
@@ -605,7 +570,7 @@ def extend_command(ctx, src, out, corpus, new_tokens, keep_text, min_count, dry_
     """
     from ..add.pipeline import PushOptions
     from ..add.plan import AddOptions, open_target
-    from ..errors import InputError, ValidationFailed
+    from ..errors import InputError
     from ..extend.pipeline import extend_validate_push
     from ..extend.plan import ExtendOptions, plan_extend
 
@@ -631,6 +596,30 @@ def extend_command(ctx, src, out, corpus, new_tokens, keep_text, min_count, dry_
             click.echo(plan.describe())
         return
 
+    done = _run_reporting(ctx, as_json, out, push_to, lambda progress, on_plan, on_step: extend_validate_push(
+        src, out, learn, options, validation=None if no_validate else validation_opts, push=push_options,
+        revision=revision, token=hf_token, progress=progress, on_plan=on_plan, on_step=on_step))
+    summary = done.to_dict()
+    if as_json:
+        emit(summary)
+    elif not quiet:
+        e = summary["extend"]
+        click.echo(f"Wrote {out}: {e['new_tokens']:,} new tokens, rows {summary['rows_before']} -> "
+                   f"{summary['rows_after']}, corpus tokens per byte {e['tokens_per_byte']['before']:.4f} -> "
+                   f"{e['tokens_per_byte']['after']:.4f}, {summary['seconds']:.2f} s", err=True)
+        if push_to:
+            _echo_pushed(summary["push"])
+
+
+def _run_reporting(ctx, as_json: bool, out: str, push_to: str | None, run):
+    """Run `add`'s or `extend`'s pipeline, `run(progress, on_plan, on_step)`, printing as it calls back: the plan,
+    each step, the validation's figures once; with --json, what was finished when validation, the push or an
+    interrupt stopped it. Returns the pipeline's result."""
+    from ..errors import PushError, ValidationFailed
+
+    quiet = is_quiet(ctx)
+    shown = []
+
     def planned(plan) -> None:
         if not quiet and not as_json:
             click.echo(plan.describe(), err=True)
@@ -638,6 +627,9 @@ def extend_command(ctx, src, out, corpus, new_tokens, keep_text, min_count, dry_
     def step(name: str, done) -> None:
         if quiet or as_json:
             return
+        if done.report is not None and not shown:  # the validation's figures, once, before the next step
+            shown.append(True)
+            click.echo("\n".join(done.report.summary_lines()), err=True)
         if name == "validate":
             click.echo(f"Validating {done.result.out} against {done.result.plan.src} (--no-validate skips this)",
                        err=True)
@@ -646,27 +638,23 @@ def extend_command(ctx, src, out, corpus, new_tokens, keep_text, min_count, dry_
 
     try:
         with progress_bars(ctx, as_json) as progress:
-            done = extend_validate_push(src, out, learn, options, validation=None if no_validate else validation_opts,
-                                        push=push_options, revision=revision, token=hf_token, progress=progress,
-                                        on_plan=planned, on_step=step)
+            done = run(progress, planned, step)
     except ValidationFailed as e:
         if as_json:
             emit(e.finished.to_dict())
         elif not quiet and e.report:
             click.echo("\n".join(e.report.summary_lines()[:-1]), err=True)
         raise
-    summary = done.to_dict()
-    if as_json:
-        emit(summary)
-    elif not quiet:
-        if done.report is not None:
-            click.echo("\n".join(done.report.summary_lines()), err=True)
-        e = summary["extend"]
-        click.echo(f"Wrote {out}: {e['new_tokens']:,} new tokens, rows {summary['rows_before']} -> "
-                   f"{summary['rows_after']}, corpus tokens per byte {e['tokens_per_byte']['before']:.4f} -> "
-                   f"{e['tokens_per_byte']['after']:.4f}, {summary['seconds']:.2f} s", err=True)
-        if push_to:
-            _echo_pushed(summary["push"])
+    except PushError as e:
+        if as_json and getattr(e, "finished", None) is not None:
+            emit({**e.finished.to_dict(), "push": {"error": str(e)}})
+        raise
+    except Interrupted as e:
+        if as_json and getattr(e, "finished", None) is not None:  # interrupted after the output was written
+            emit({**e.finished.result.to_dict(), "interrupted": str(e)})
+        raise
+    step("done", done)
+    return done
 
 
 def _echo_pushed(d: dict) -> None:
