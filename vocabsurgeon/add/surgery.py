@@ -213,6 +213,18 @@ class AddJob:
         self._plan = plan
         return plan
 
+    def write(self, plan, progress: Progress = SILENT, on_plan: Callable | None = None) -> AddResult:
+        """Tell `on_plan` the plan, then compute and write the new rows (`finish`), counting on `progress`."""
+        if on_plan is not None:
+            on_plan(plan)
+        self.fit_progress = progress.steps()
+        # The total is the shards' size now; the headers are rewritten and the new rows come on top, so
+        # once written the count's total is corrected to the bytes that were moved.
+        self.progress = progress.count("writing", plan.bytes_to_write, "B")
+        result = self.finish()
+        progress.count("writing", self.bytes_done, "B")
+        return result
+
     def finish(self) -> AddResult:
         """Compute and write the new rows and the metadata, verify, flush; the rename into place
         happens when the `with` block ends.
@@ -588,13 +600,4 @@ def run_job(target: Target, out: str | os.PathLike, tokens: list[str], progress:
         InputError: no token is new, or bad input found while reading values; nothing is written.
     """
     with AddJob(target, out) as job:
-        plan = job.plan(tokens)
-        if on_plan is not None:
-            on_plan(plan)
-        job.fit_progress = progress.steps()
-        # The total is the shards' size now; the headers are rewritten and the new rows come on top, so
-        # once written the count's total is corrected to the bytes that were moved.
-        job.progress = progress.count("writing", plan.bytes_to_write, "B")
-        result = job.finish()
-        progress.count("writing", job.bytes_done, "B")
-    return result
+        return job.write(job.plan(tokens), progress, on_plan)

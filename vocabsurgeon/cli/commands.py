@@ -17,7 +17,7 @@ import click
 
 from .._compat import check_versions
 from .._version import __version__
-from ..errors import EXIT_INTERNAL, EXIT_INTERRUPTED, Interrupted, VocabSurgeonError
+from ..errors import EXIT_INTERNAL, EXIT_INTERRUPTED, InputError, Interrupted, VocabSurgeonError
 from ..explore.compare import DEFAULT_K
 from ..init import DEFAULT_EPS, MAX_SEED
 from ..explore.inspection import INSPECT_MAX_TOKENS
@@ -187,7 +187,6 @@ def add_command(ctx, src, out, tokens_file, inline, dry_run, as_json, no_validat
       vocabsurgeon add -t '<|tool|>' --special --json ckpt/ out/ > summary.json
       vocabsurgeon add --tokens lotr.txt --push-to me/gpt2-lotr --create-pr openai-community/gpt2 out/
     """
-    from ..errors import InputError
     from ..add.pipeline import PushOptions, add_validate_push
     from ..add.plan import AddOptions, open_target, plan_tokens
     from ..add.wordlist import gather_tokens
@@ -200,21 +199,14 @@ def add_command(ctx, src, out, tokens_file, inline, dry_run, as_json, no_validat
     # (--no-fsync is fsync=False); the flags left are the validation's.
     flags["fsync"] = not flags.pop("no_fsync")
     options = AddOptions(**take_fields(AddOptions, flags)).check()
-    validation_opts = validation_options_of(flags, seed=options.seed, device=options.device, dtype=options.dtype)
+    validation_opts = _validation_of(flags, options, out, no_validate)
     if validation_opts.corpus is not None:  # the plan checks the words of the corpus that validation reads
         options = dataclasses.replace(options, check_corpus=validation_opts.corpus)
-    if no_validate and validation_opts.plot:
-        raise InputError("--plot draws the validation's KL histogram; drop --no-validate or --plot")
-    check_plot_dir(validation_opts.plot, created=out)
-    validation_opts.check()
     quiet_hub(ctx, as_json)
     quiet = is_quiet(ctx)
     if dry_run:
         plan = plan_tokens(open_target(src, options, revision=revision, token=hf_token), tokens)
-        if as_json:
-            emit({"dry_run": True, **plan.to_dict()})
-        else:
-            click.echo(plan.describe())
+        _emit_plan(plan, as_json)
         return
 
     # Add, validate, the card with its figures, push: the library's pipeline, which calls back here
@@ -570,7 +562,6 @@ def extend_command(ctx, src, out, corpus, new_tokens, keep_text, min_count, dry_
     """
     from ..add.pipeline import PushOptions
     from ..add.plan import AddOptions, open_target
-    from ..errors import InputError
     from ..extend.pipeline import extend_validate_push
     from ..extend.plan import ExtendOptions, plan_extend
 
@@ -578,11 +569,7 @@ def extend_command(ctx, src, out, corpus, new_tokens, keep_text, min_count, dry_
                                           token=hf_token, message=message)
     flags["fsync"] = not flags.pop("no_fsync")
     options = AddOptions(**take_fields(AddOptions, flags)).check()
-    validation_opts = validation_options_of(flags, seed=options.seed, device=options.device, dtype=options.dtype)
-    if no_validate and validation_opts.plot:
-        raise InputError("--plot draws the validation's KL histogram; drop --no-validate or --plot")
-    check_plot_dir(validation_opts.plot, created=out)
-    validation_opts.check()
+    validation_opts = _validation_of(flags, options, out, no_validate)
     learn = ExtendOptions(corpus, new_tokens, keep_text, min_count).check()
     quiet_hub(ctx, as_json)
     quiet = is_quiet(ctx)
@@ -590,10 +577,7 @@ def extend_command(ctx, src, out, corpus, new_tokens, keep_text, min_count, dry_
         with progress_bars(ctx, as_json) as progress:
             plan = plan_extend(open_target(src, options, revision=revision, token=hf_token), learn,
                                progress=progress.count("reading corpus", Path(corpus).stat().st_size, "B"))
-        if as_json:
-            emit({"dry_run": True, **plan.to_dict()})
-        else:
-            click.echo(plan.describe())
+        _emit_plan(plan, as_json)
         return
 
     done = _run_reporting(ctx, as_json, out, push_to, lambda progress, on_plan, on_step: extend_validate_push(
@@ -609,6 +593,24 @@ def extend_command(ctx, src, out, corpus, new_tokens, keep_text, min_count, dry_
                    f"{e['tokens_per_byte']['after']:.4f}, {summary['seconds']:.2f} s", err=True)
         if push_to:
             _echo_pushed(summary["push"])
+
+
+def _validation_of(flags: dict, options, out: str, no_validate: bool):
+    """`add`'s and `extend`'s validation options from their flags, checked before any work."""
+    validation_opts = validation_options_of(flags, seed=options.seed, device=options.device, dtype=options.dtype)
+    if no_validate and validation_opts.plot:
+        raise InputError("--plot draws the validation's KL histogram; drop --no-validate or --plot")
+    check_plot_dir(validation_opts.plot, created=out)
+    validation_opts.check()
+    return validation_opts
+
+
+def _emit_plan(plan, as_json: bool) -> None:
+    """A --dry-run's plan: its JSON on stdout with --json, else its description."""
+    if as_json:
+        emit({"dry_run": True, **plan.to_dict()})
+    else:
+        click.echo(plan.describe())
 
 
 def _run_reporting(ctx, as_json: bool, out: str, push_to: str | None, run):

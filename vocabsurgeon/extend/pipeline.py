@@ -74,13 +74,7 @@ def run_extend(target, out: str | os.PathLike, options: ExtendOptions, progress:
     with ExtendJob(target, out) as job:
         plan = job.use(plan_extend(target, options, progress=progress.count("reading corpus", _size(options.corpus),
                                                                              "B")))
-        if on_plan is not None:
-            on_plan(plan)
-        job.fit_progress = progress.steps()
-        job.progress = progress.count("writing", plan.bytes_to_write, "B")
-        result = job.finish()
-        progress.count("writing", job.bytes_done, "B")
-    return result
+        return job.write(plan, progress, on_plan)
 
 
 def _size(path) -> int:
