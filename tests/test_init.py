@@ -261,10 +261,14 @@ def test_block_wise_covariance_matches_the_full_computation(n, d, chunk, block, 
     old, init.COV_BLOCK_BYTES = init.COV_BLOCK_BYTES, block * d * x.itemsize
     try:
         # float64: exact up to a few hundred ulps of the offset's square over the variance (hypothesis found
-        # 3.9e-10 for two rows at offset 129); float32: its own resolution
+        # 3.9e-10 for two rows at offset 129); float32: its own resolution. Float32 rows are also summed in
+        # float32 per chunk (accumulate_stats' documented bound: (rows - 1) * 2**-24 * sum|x|), so the mean
+        # is off by up to e = chunk * 2**-24 * max|x|, and the covariance by e**2 (two rows at offset 513 in
+        # one chunk: 9.3e-10 of a variance of 0.15, hypothesis found it)
+        mean_err = chunk * 2.0**-24 * np.abs(x).max() if f32 else 0.0
         for precision, tol in (("float32", 1e-5), ("float64", 1e-9)):
             s = accumulate_stats(chunks(x, chunk), cov=True, precision=precision)
-            np.testing.assert_allclose(s.cov, ref, rtol=tol, atol=tol * np.abs(ref).max() + 1e-300)
+            np.testing.assert_allclose(s.cov, ref, rtol=tol, atol=tol * np.abs(ref).max() + mean_err**2 + 1e-300)
     finally:
         init.COV_BLOCK_BYTES = old
 
