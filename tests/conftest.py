@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from builders import tiny_gpt2, tiny_llama
 from fakehub import hub  # noqa: F401  (the fake Hub of the pull and push tests, as a fixture everywhere)
@@ -26,6 +27,12 @@ def pytest_configure(config):
 
         torch.set_num_threads(1)
 
+
+# Property tests draw the same examples on every run (CI on a clean clone must not turn red on a draw that
+# no commit caused); `pytest --hypothesis-profile=explore` draws fresh ones to look for new failures.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.register_profile("explore", max_examples=500, print_blob=True)
+settings.load_profile("ci")
 
 _ROOT_LEVEL, _ROOT_HANDLERS = logging.getLogger().level, list(logging.getLogger().handlers)
 
