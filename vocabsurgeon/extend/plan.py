@@ -22,6 +22,7 @@ from ..add.plan import Plan, Target, padding_multiple
 from ..checkpoint.filenames import STALE_SLOW_FILES, TOKENIZER_FILE
 from ..errors import InputError, VocabSurgeonError
 from ..tokenizer.chats import chat_samples
+from ..tokenizer.gguf_check import CHECK_TEXT
 from ..tokenizer.editor import NewToken, TokenizerEditor, TokenizerPlan
 from ..tokenizer.encoding import encode_ids, unpadded
 from ..tokenizer.families import ByteLevelBPE, MetaspaceBPE, SentencePieceBPE
@@ -209,7 +210,10 @@ def plan_extend(target: Target, options: ExtendOptions, progress=None) -> Extend
     words, n_bytes = count_words(tok, options.corpus, split=split, progress=progress)
     chats = chat_samples(editor.dir, editor.config, editor.as_loaded)
     keep = paragraphs(options.keep_text) if options.keep_text else []
-    forbidden = words_of(tok, [*keep, *chats], split)
+    # llama.cpp's converter recognises a byte-level BPE by its ids on one text: a merge that changed them would make
+    # the output refuse to convert to GGUF (tokenizer/gguf_check.py)
+    checked = [CHECK_TEXT] if byte_level else []
+    forbidden = words_of(tok, [*keep, *chats, *checked], split)
     vocab = {**editor.vocab, **{c: t["id"] for c, t in editor.added.items()}}
     learned = learn_merges(tok, words, options.new_tokens, vocab=vocab, mergeable=_mergeable(editor),
                            forbidden_words=forbidden, whole_words=bool(editor.model.get("ignore_merges")),
@@ -254,6 +258,9 @@ def plan_extend(target: Target, options: ExtendOptions, progress=None) -> Extend
     if keep and plan.old_text[0].changed:
         raise VocabSurgeonError(f"internal: {plan.old_text[0].changed} paragraph(s) of --keep-text change tokens, "
                                 f"e.g. {plan.old_text[0].example!r}; nothing was written, please report it")
+    if checked and old_text_changes(tok, edited, "llama.cpp", checked).changed:
+        raise VocabSurgeonError("internal: the learned merges change the ids of llama.cpp's pre-tokenizer check text "
+                                "(the output would not convert to GGUF); nothing was written, please report it")
     return plan
 
 
