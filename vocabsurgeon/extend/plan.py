@@ -22,7 +22,7 @@ from ..add.plan import Plan, Target, padding_multiple
 from ..checkpoint.filenames import STALE_SLOW_FILES, TOKENIZER_FILE
 from ..errors import InputError, VocabSurgeonError
 from ..tokenizer.chats import chat_samples
-from ..tokenizer.gguf_check import CHECK_TEXT
+from ..tokenizer.gguf_check import CHECK_TEXT, HASHED_FAMILIES
 from ..tokenizer.editor import NewToken, TokenizerEditor, TokenizerPlan
 from ..tokenizer.encoding import encode_ids, unpadded
 from ..tokenizer.families import ByteLevelBPE, MetaspaceBPE, SentencePieceBPE
@@ -212,7 +212,7 @@ def plan_extend(target: Target, options: ExtendOptions, progress=None) -> Extend
     keep = paragraphs(options.keep_text) if options.keep_text else []
     # llama.cpp's converter recognises a byte-level BPE by its ids on one text: a merge that changed them would make
     # the output refuse to convert to GGUF (tokenizer/gguf_check.py)
-    checked = [CHECK_TEXT] if byte_level else []
+    checked = [CHECK_TEXT] if family in HASHED_FAMILIES else []
     forbidden = words_of(tok, [*keep, *chats, *checked], split)
     vocab = {**editor.vocab, **{c: t["id"] for c, t in editor.added.items()}}
     learned = learn_merges(tok, words, options.new_tokens, vocab=vocab, mergeable=_mergeable(editor),

@@ -25,6 +25,7 @@ from ..checkpoint.reader import read_json
 from ..errors import InputError, VocabSurgeonError
 from .chats import chat_samples
 from .encoding import encode_batch, encode_ids, unpadded
+from .gguf_check import CHECK_TEXT, HASHED_FAMILIES
 from . import sentencepiece_model
 from .families import SUPPORTED_FAMILIES, SentencePieceBPE, Skip, detect_family, family_of
 from .families.pieces import BYTE_PIECE, FormIndex, byte_level
@@ -550,6 +551,12 @@ class TokenizerEditor:
                 for w in culprits:
                     failures.setdefault(w, f"the chat template's own text has it ({_around(text, w)!r}); adding it "
                                            "would change the ids of every chat prompt")
+        if self.family_name in HASHED_FAMILIES:  # else the output would not convert to GGUF (gguf_check.py)
+            (want,), (got,) = encode_ids(self.tok, [CHECK_TEXT]), encode_ids(tok, [CHECK_TEXT])
+            for w in (owner[i] for i in dict.fromkeys(got) if i in owner and got != want):
+                failures.setdefault(w, "llama.cpp's GGUF converter recognises this tokenizer by the ids it gives one "
+                                       f"fixed text, which holds it ({_around(CHECK_TEXT, w)!r}); as one token it "
+                                       "would make the output refuse to convert to GGUF")
         by_word: dict[str, list[NewToken]] = {}
         for t in plan.new:
             by_word.setdefault(t.text, []).append(t)
