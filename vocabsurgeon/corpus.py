@@ -95,8 +95,12 @@ class Reader:
                 text = before + pending + text
                 start = len(before)
                 for m in _PARAGRAPH.finditer(text):  # each ends a paragraph (`before` has no "\n")
-                    yield from _pieces(text[start:m.end()], limit)
-                    start = m.end()
+                    end = m.end()
+                    if end - start <= limit:
+                        yield text[start:end]
+                    else:
+                        yield from _pieces(text[start:end], limit)
+                    start = end
                 # The start of the last line is a paragraph start or not once that line has text; until then
                 # only the text before it is known to be in this paragraph.
                 line = text.rfind("\n", start) + 1  # 0: the last line starts in `before` or is the first

@@ -6,6 +6,7 @@ Each distinct word (a pre-token of the tokenizer's own normalizer and pre-tokeni
 leaves. Then, as the `tokenizers` and SentencePiece trainers do, the most frequent adjacent pair is merged in
 every word, N times; pair counts are kept incrementally (an index pair -> words and a heap with lazy deletion),
 so a merge costs the words that hold its pair, not the corpus. Memory is the distinct words and their pairs.
+Among pairs of equal count, the one whose pieces occurred first in the corpus is merged.
 
 Every new merge ranks after all old merges, so encoding a word first runs every old merge (giving the pieces
 counted here) and only then the new ones: text changes only where a new merge's pair occurs after the old
@@ -103,6 +104,12 @@ def count_words(tok: Tokenizer, corpus, *, chunk_chars: int = DEFAULT_CHUNK_CHAR
     def add(counts: Counter, into: Counter) -> Counter:
         """Each distinct chunk pre-tokenized once (the Rust pre-tokenizer is the cost), its words weighted."""
         get = into.get
+        if tok.normalizer is None and tok.pre_tokenizer is not None and split is None:  # byte-level: no wrapper
+            pre = tok.pre_tokenizer.pre_tokenize_str
+            for chunk, n in counts.items():
+                for w, _ in pre(chunk):
+                    into[w] = get(w, 0) + n
+            return into
         for chunk, n in counts.items():
             for w in run(chunk):
                 into[w] = get(w, 0) + n
@@ -316,10 +323,11 @@ def _pairs(symbols: np.ndarray, lengths: np.ndarray, freqs: np.ndarray, size: in
     holder = word[:-1][inside]
     uniq, inverse = np.unique(codes, return_inverse=True)
     counts = np.bincount(inverse, weights=freqs[holder], minlength=len(uniq))  # float64: exact below 2**53
-    keys = np.sort(inverse.astype(np.int64) * len(lengths) + holder)  # (pair, word), sorted
-    keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]  # each once
-    offsets = np.searchsorted(keys // len(lengths), np.arange(len(uniq) + 1))
-    index = _Index(uniq, offsets, keys % len(lengths), size)
+    keys = np.sort(inverse.astype(np.int64) * max(1, len(lengths)) + holder)  # (pair, word), sorted
+    keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))[:len(keys)]]  # each once
+    n_words = max(1, len(lengths))
+    offsets = np.searchsorted(keys // n_words, np.arange(len(uniq) + 1))
+    index = _Index(uniq, offsets, keys % n_words, size)
     kept = counts >= min_count
     a, b = uniq[kept] // size, uniq[kept] % size
     both = np.empty(2 * len(a), dtype=np.int64)
