@@ -18,6 +18,7 @@ vocabulary has (an old merge could then apply after a new one), a byte-fallback 
 from __future__ import annotations
 
 import heapq
+from array import array
 import logging
 import re
 from collections import Counter
@@ -252,25 +253,26 @@ def learn_merges(tok: Tokenizer, words: Counter, n: int, *, vocab: dict[str, int
                 out += [t.id for t in tokenize(part)]
         return out
 
-    flat: list[int] = []
-    lengths: list[int] = []
+    flat = array("q")  # every word's piece ids, one after the other (8 bytes each, not a Python int)
+    lengths = array("q")
     before = 0
     for w, c in words.items():
         ids = piece_ids(w)
-        flat += ids
+        flat.extend(ids)
         lengths.append(len(ids))
         before += c * (len(ids) if split_chars is None or char_id.keys().isdisjoint(w) else len(tokenize(w)))
     n_flat = len(flat)
     blocked_words = [piece_ids(w) for w in forbidden_words]
     for ids in blocked_words:
-        flat += ids
+        flat.extend(ids)
     # symbols numbered by first occurrence
-    ids = np.array(flat, dtype=np.int64)
-    uniq, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    uniq, first, inverse = np.unique(np.frombuffer(flat, dtype=np.int64), return_index=True, return_inverse=True)
+    del flat
     order = np.argsort(first, kind="stable")
     rank = np.empty(len(uniq), dtype=np.int64)
     rank[order] = np.arange(len(uniq))
     symbols = rank[inverse.reshape(-1)]  # (pieces,) the symbol of each piece, in order
+    del inverse, first
     n0 = len(uniq)
     if n0 + n > MAX_SYMBOLS:
         raise InputError(f"--new-tokens {n}: the corpus has {n0:,} distinct pieces; at most {MAX_SYMBOLS - n0:,} new "
@@ -279,8 +281,9 @@ def learn_merges(tok: Tokenizer, words: Counter, n: int, *, vocab: dict[str, int
     text = [chars[i - base] if i >= base else (vocab_text.get(i) or tok.id_to_token(i)) for i in uniq[order].tolist()]
     ok_symbol = [mergeable(t) for t in text]
     whole = _text(symbols)
-    ends = np.cumsum(np.array(lengths, dtype=np.int64))
-    starts = ends - np.array(lengths, dtype=np.int64)
+    lengths = np.frombuffer(lengths, dtype=np.int64)
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
     seqs = [whole[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
     freqs = list(words.values())
     blocked: set[str] = set()
@@ -290,7 +293,8 @@ def learn_merges(tok: Tokenizer, words: Counter, n: int, *, vocab: dict[str, int
         at += len(ids)
         blocked.update(s[k:k + 2] for k in range(len(s) - 1))
     keep_spellings = set(forbidden_words) if whole_words else set()
-    pair_count, index = _pairs(symbols[:n_flat], np.array(lengths, dtype=np.int64), np.array(freqs, dtype=np.int64),
+    del whole, starts, ends
+    pair_count, index = _pairs(symbols[:n_flat], lengths, np.array(freqs, dtype=np.int64),
                                n0 + n, min_count)
     learned = Learned([], [], chars, refused, words=len(seqs), tokens_before=before)
     _merge(learned, n, seqs, freqs, text, ok_symbol, pair_count, index, n0, blocked, keep_spellings,
@@ -321,13 +325,18 @@ def _pairs(symbols: np.ndarray, lengths: np.ndarray, freqs: np.ndarray, size: in
     inside = word[:-1] == word[1:]  # a piece and the next one are in the same word
     codes = (symbols[:-1] * size + symbols[1:])[inside]
     holder = word[:-1][inside]
+    del word, inside
     uniq, inverse = np.unique(codes, return_inverse=True)
+    del codes
     counts = np.bincount(inverse, weights=freqs[holder], minlength=len(uniq))  # float64: exact below 2**53
-    keys = np.sort(inverse.astype(np.int64) * max(1, len(lengths)) + holder)  # (pair, word), sorted
-    keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))[:len(keys)]]  # each once
     n_words = max(1, len(lengths))
+    keys = inverse.astype(np.int64) * n_words + holder  # (pair, word)
+    del inverse, holder
+    keys.sort()
+    keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))[:len(keys)]]  # each once
     offsets = np.searchsorted(keys // n_words, np.arange(len(uniq) + 1))
-    index = _Index(uniq, offsets, keys % n_words, size)
+    index = _Index(uniq, offsets, (keys % n_words).astype(np.int32), size)
+    del keys
     kept = counts >= min_count
     a, b = uniq[kept] // size, uniq[kept] % size
     both = np.empty(2 * len(a), dtype=np.int64)
