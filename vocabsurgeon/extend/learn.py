@@ -277,8 +277,8 @@ def learn_merges(tok: Tokenizer, words: Counter, n: int, *, vocab: dict[str, int
     if n0 + n > MAX_SYMBOLS:
         raise InputError(f"--new-tokens {n}: the corpus has {n0:,} distinct pieces; at most {MAX_SYMBOLS - n0:,} new "
                          "tokens can be learned from it")
-    vocab_text = {i: p for p, i in vocab.items()}
-    text = [chars[i - base] if i >= base else (vocab_text.get(i) or tok.id_to_token(i)) for i in uniq[order].tolist()]
+    piece = tok.model.id_to_token  # the model's own spelling of the id, as `tokenize` gives it
+    text = [chars[i - base] if i >= base else piece(i) for i in uniq[order].tolist()]  # symbol -> piece
     ok_symbol = [mergeable(t) for t in text]
     whole = _text(symbols)
     lengths = np.frombuffer(lengths, dtype=np.int64)
