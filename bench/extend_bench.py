@@ -1,8 +1,9 @@
 """`vocabsurgeon extend` against the recipe users run today, on real Russian and Japanese text, and the learner's speed.
 
     python -m bench.extend_bench --results bench/RESULTS.md              # compression, N = 1,000 and 8,000
-    python -m bench.extend_bench --sizes 1000 8000 32000 --results ...   # and 32,000
-    python -m bench.extend_bench --speed --results bench/RESULTS.md      # 8,000 merges from ~100 MB
+    python -m bench.extend_bench --sizes 32000 --langs ru --results ...  # N = 32,000 rows (the others kept)
+    python -m bench.extend_bench --speed --reference 36f3320 --results ...  # 8,000 merges from ~100 MB, and
+                                                                            # the same by the learner before (36f3320)
 
 The corpora are real text shipped in Debian packages: the translations of every installed package's messages
 (/usr/share/locale/LANG/LC_MESSAGES/*.mo) and the translated manual pages (manpages-ru, manpages-ja,
@@ -18,8 +19,9 @@ with byte fallback), language and N:
   append its pieces that the old vocabulary lacks and their merges after the old ones, as the merge-the-vocabularies
   recipes do (Chinese-LLaMA's merge of SentencePiece models; the same for byte-level merges files).
 Measured: held-out tokens per byte (original, extend, recipe), tokens appended, and old-text paragraphs whose
-ids changed. --speed: word counting and learning 8,000 merges on ~100 MB (every language's messages), with
-`tokenizers`' own trainer on the same file for scale, and the load average.
+ids changed. --speed: word counting and learning 8,000 merges on ~100 MB (every language's messages), wall and
+CPU time, peak RSS, with `tokenizers`' own trainer on the same file for scale, and the load average; with
+--reference REV, the learner of that revision on the same file, which must give the same words and merges.
 """
 
 from __future__ import annotations
@@ -136,7 +138,38 @@ def recipe(editor, corpus_path: Path, n: int):
     return Tokenizer.from_str(json.dumps(data)), added
 
 
-def compression(sizes: list[int], results: Path | None = None, json_path: Path | None = None) -> tuple[str, list[dict]]:
+def _published_rows(results: Path | None) -> list[dict]:
+    """The rows of the compression table already in `results` (this script's own format), to keep beside new ones."""
+    if results is None or not results.exists() or BEGIN not in (text := results.read_text(encoding="utf-8")):
+        return []
+    rows = []
+    for line in text.split(BEGIN, 1)[1].split(END, 1)[0].splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 11 or cells[0] not in ("gpt2", "llama2"):
+            continue
+        num = lambda c: int(c.replace(",", ""))  # noqa: E731
+        (ext, rec), (ch, kept, rch), (secs, load) = (cells[8].split(" / "), cells[9].split(" / "),
+                                                     cells[10].rstrip(")").split(" ("))
+        rows.append({"tokenizer": cells[0], "lang": cells[1], "n": num(cells[2]), "corpus_mb": float(cells[3]),
+                     "original": float(cells[4]), "extend": float(cells[5]), "kept": float(cells[6]),
+                     "recipe": float(cells[7]), "extend_tokens": num(ext), "recipe_tokens": num(rec),
+                     "extend_changed": int(ch), "kept_changed": int(kept), "recipe_changed": int(rch),
+                     "seconds": float(secs), "load": load})
+    return rows
+
+
+def _merged(old: list[dict], new: list[dict]) -> list[dict]:
+    """`new` rows in place of the `old` ones of the same tokenizer, language and N, in table order."""
+    key = lambda r: (r["tokenizer"], r["lang"], r["n"])  # noqa: E731
+    fresh = {key(r) for r in new}
+    return sorted([r for r in old if key(r) not in fresh] + new,
+                  key=lambda r: (["gpt2", "llama2"].index(r["tokenizer"]), ["ru", "ja"].index(r["lang"]), r["n"]))
+
+
+def compression(sizes: list[int], langs: list[str], results: Path | None = None,
+                json_path: Path | None = None) -> tuple[str, list[dict]]:
+    """Rows for each tokenizer, language of `langs` and N of `sizes`; the rows of other (tokenizer, language, N)
+    already in `results` are kept."""
     tiny_llama = bench.fixture_module("published").tiny_llama
 
     from vocabsurgeon.add.plan import AddOptions, open_target
@@ -148,12 +181,12 @@ def compression(sizes: list[int], results: Path | None = None, json_path: Path |
     keep = WORK / "en-keep.txt"  # --keep-text: half of the English pages; the other half is the old text measured
     keep.write_text("\n\n".join(man[0::2][:2000]), encoding="utf-8")
     english = man[1::2][:2000] + paragraphs(PACKAGED_CORPUS)
-    rows = []
+    published, rows = _published_rows(results), []
     for name in ("gpt2", "llama2"):
         ckpt = WORK / f"ckpt-{name}"
         if not (ckpt / "config.json").exists():
             tiny_llama(name, ckpt)
-        for lang in ("ru", "ja"):
+        for lang in langs:
             path, held = corpus(lang)
             for n in sizes:
                 t0 = time.perf_counter()
@@ -173,8 +206,9 @@ def compression(sizes: list[int], results: Path | None = None, json_path: Path |
                        "seconds": round(seconds, 1), "load": bench.load_average(bench.uptime())}
                 print(row, flush=True)
                 rows.append(row)
-                bench.publish(_table(rows, len(english)), rows, results, json_path, BEGIN, END)  # row by row
-    return _table(rows, len(english)), rows
+                table = _merged(published, rows)
+                bench.publish(_table(table, len(english)), table, results, json_path, BEGIN, END)  # row by row
+    return _table(_merged(published, rows), len(english)), rows
 
 
 def _table(rows: list[dict], n_old: int) -> str:
@@ -192,10 +226,31 @@ def _table(rows: list[dict], n_old: int) -> str:
     return "\n".join(lines)
 
 
-def speed(mb: int, n: int) -> tuple[str, list[dict]]:
-    """Count and learn `n` merges on ~`mb` MB of every language's messages, with the GPT-2 tokenizer."""
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)  # every thread of the process: the Rust pools' too
+    return r.ru_utime + r.ru_stime
+
+
+def reference_learner(rev: str):
+    """vocabsurgeon/extend/learn.py as it was at git revision `rev`, as a module (its own counting and learning)."""
+    import subprocess
+    import types
+
+    src = subprocess.run(["git", "-C", str(HERE.parent), "show", f"{rev}:vocabsurgeon/extend/learn.py"],
+                         capture_output=True, text=True, check=True).stdout
+    module = types.ModuleType("vocabsurgeon.extend._reference_learn")
+    module.__package__ = "vocabsurgeon.extend"  # its relative imports resolve to today's package
+    sys.modules[module.__name__] = module
+    exec(compile(src, f"{rev}:vocabsurgeon/extend/learn.py", "exec"), module.__dict__)
+    return module
+
+
+def speed(mb: int, n: int, reference: str | None = None) -> tuple[str, list[dict]]:
+    """Count and learn `n` merges on ~`mb` MB of every language's messages, with the GPT-2 tokenizer; then
+    `tokenizers`' own trainer on the same file; with `reference`, the learner of that git revision on the same
+    file, whose words (in order) and merges (in order, with their counts) must be the same."""
     fetch = bench.fixture_module("published").fetch
-    from tokenizers import Tokenizer, models, trainers
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
     from vocabsurgeon.extend.learn import count_words, learn_merges
 
@@ -212,31 +267,57 @@ def speed(mb: int, n: int) -> tuple[str, list[dict]]:
     tok = Tokenizer.from_file(str(fetch("gpt2") / "tokenizer.json"))
     vocab = tok.get_vocab()
     up0 = bench.uptime()
-    t0 = time.perf_counter()
+    c0, t0 = _cpu(), time.perf_counter()
     words, n_bytes = count_words(tok, path)
-    t1 = time.perf_counter()
+    c1, t1 = _cpu(), time.perf_counter()
     learned = learn_merges(tok, words, n, vocab=vocab, mergeable=lambda p: True)
-    t2 = time.perf_counter()
+    c2, t2 = _cpu(), time.perf_counter()
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    up1 = bench.uptime()
     fresh = Tokenizer(models.BPE())
     fresh.normalizer, fresh.pre_tokenizer = tok.normalizer, tok.pre_tokenizer
-    t3 = time.perf_counter()
+    c3, t3 = _cpu(), time.perf_counter()
     fresh.train([str(path)], trainers.BpeTrainer(vocab_size=256 + n, show_progress=False, min_frequency=2,
-                                                 initial_alphabet=__import__("tokenizers").pre_tokenizers.ByteLevel.alphabet()))
-    t4 = time.perf_counter()
-    up1 = bench.uptime()
+                                                 initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    c4, t4 = _cpu(), time.perf_counter()
+    up2 = bench.uptime()
     row = {"mb": round(n_bytes / 1e6, 1), "distinct_words": learned.words, "merges": len(learned.merges),
-           "count_s": round(t1 - t0, 1), "learn_s": round(t2 - t1, 1), "peak_rss": rss,
-           "tokenizers_train_s": round(t4 - t3, 1), "load": f"{bench.load_average(up0)} -> {bench.load_average(up1)}"}
+           "count_s": round(t1 - t0, 1), "count_cpu_s": round(c1 - c0, 1), "learn_s": round(t2 - t1, 1),
+           "learn_cpu_s": round(c2 - c1, 1), "peak_rss": rss, "tokenizers_train_s": round(t4 - t3, 1),
+           "tokenizers_train_cpu_s": round(c4 - c3, 1),
+           "load": f"{bench.load_average(up0)} -> {bench.load_average(up1)} -> {bench.load_average(up2)}"}
+    if reference:
+        old = reference_learner(reference)
+        c5, t5 = _cpu(), time.perf_counter()
+        old_words, _ = old.count_words(tok, path)
+        c6, t6 = _cpu(), time.perf_counter()
+        old_learned = old.learn_merges(tok, old_words, n, vocab=vocab, mergeable=lambda p: True)
+        c7, t7 = _cpu(), time.perf_counter()
+        row.update({"reference": reference, "reference_count_s": round(t6 - t5, 1),
+                    "reference_count_cpu_s": round(c6 - c5, 1), "reference_learn_s": round(t7 - t6, 1),
+                    "reference_learn_cpu_s": round(c7 - c6, 1), "reference_load": bench.load_average(bench.uptime()),
+                    "same_words": list(old_words.items()) == list(words.items()),
+                    "same_merges": (old_learned.merges, old_learned.counts, old_learned.refused,
+                                    old_learned.tokens_after) == (learned.merges, learned.counts, learned.refused,
+                                                                  learned.tokens_after)})
     print(row, flush=True)
-    text = "\n".join([
+    lines = [
         f"`extend`'s learner on {row['mb']} MB of real text (every installed package's translated messages, all "
-        f"languages) with the GPT-2 tokenizer, {bench.machine_line()}, load average {row['load']}:", "",
+        f"languages) with the GPT-2 tokenizer, {bench.machine_line()}; load average {row['load']} (before counting, "
+        "after learning, after the `tokenizers` trainer). Seconds are wall (CPU: user + sys of every thread):", "",
         "| MB | distinct words | merges | counting s | learning s | total s | peak RSS | `tokenizers` trainer from "
         "scratch, same file and merges (Rust, all cores) s |", "|---|---|---|---|---|---|---|---|",
-        f"| {row['mb']} | {row['distinct_words']:,} | {row['merges']:,} | {row['count_s']} | {row['learn_s']} | "
-        f"{round(row['count_s'] + row['learn_s'], 1)} | {bench.gb(rss)} | {row['tokenizers_train_s']} |"])
-    return text, [row]
+        f"| {row['mb']} | {row['distinct_words']:,} | {row['merges']:,} | {row['count_s']} ({row['count_cpu_s']}) | "
+        f"{row['learn_s']} ({row['learn_cpu_s']}) | {round(row['count_s'] + row['learn_s'], 1)} "
+        f"({round(row['count_cpu_s'] + row['learn_cpu_s'], 1)}) | {bench.gb(rss)} | {row['tokenizers_train_s']} "
+        f"({row['tokenizers_train_cpu_s']}) |"]
+    if reference:
+        lines += ["", f"The learner of `{reference}` (the one before) on the same file, in the same run: counting "
+                  f"{row['reference_count_s']} s ({row['reference_count_cpu_s']} CPU), learning "
+                  f"{row['reference_learn_s']} s ({row['reference_learn_cpu_s']} CPU), load "
+                  f"{row['reference_load']}; the same words in the same order: {row['same_words']}; the same merges "
+                  f"in the same order with the same counts: {row['same_merges']}."]
+    return "\n".join(lines), [row]
 
 
 def main() -> None:
@@ -244,14 +325,17 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="*", default=[1000, 8000])
     ap.add_argument("--speed", action="store_true", help="the learner's speed on ~100 MB instead")
     ap.add_argument("--mb", type=int, default=100)
+    ap.add_argument("--reference", metavar="REV", help="--speed: also run the learner of this git revision on the "
+                    "same file and check that its words and merges are the same")
+    ap.add_argument("--langs", nargs="*", default=["ru", "ja"], choices=["ru", "ja"])
     ap.add_argument("--results", type=Path, help="write the table into this markdown file, between the markers")
     ap.add_argument("--json", type=Path, help="write every figure here")
     args = ap.parse_args()
     if args.speed:
-        text, rows = speed(args.mb, 8000)
+        text, rows = speed(args.mb, 8000, args.reference)
         bench.publish(text, rows, args.results, args.json, SPEED_BEGIN, SPEED_END)
     else:
-        text, rows = compression(args.sizes, args.results, args.json)
+        text, rows = compression(args.sizes, args.langs, args.results, args.json)
     print(text)
 
 

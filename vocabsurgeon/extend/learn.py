@@ -6,6 +6,7 @@ Each distinct word (a pre-token of the tokenizer's own normalizer and pre-tokeni
 leaves. Then, as the `tokenizers` and SentencePiece trainers do, the most frequent adjacent pair is merged in
 every word, N times; pair counts are kept incrementally (an index pair -> words and a heap with lazy deletion),
 so a merge costs the words that hold its pair, not the corpus. Memory is the distinct words and their pairs.
+Among pairs of equal count, the one whose pieces occurred first in the corpus is merged.
 
 Every new merge ranks after all old merges, so encoding a word first runs every old merge (giving the pieces
 counted here) and only then the new ones: text changes only where a new merge's pair occurs after the old
@@ -17,12 +18,14 @@ vocabulary has (an old merge could then apply after a new one), a byte-fallback 
 from __future__ import annotations
 
 import heapq
+from array import array
 import logging
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+import numpy as np
 from tokenizers import Tokenizer
 
 from ..corpus import DEFAULT_CHUNK_CHARS, MAX_ITEM_CHARS, Reader, batches
@@ -35,19 +38,29 @@ MAX_CHUNKS = 1 << 20  # distinct space-cut chunks held before they are pre-token
 BYTE_PIECE = re.compile(r"<0x[0-9A-Fa-f]{2}>")  # byte-fallback pieces: not text, never merged
 
 
+def pre_tokens(tok: Tokenizer, split: re.Pattern | None = None) -> Callable[[str], list[str]]:
+    """A text -> its pre-tokens in the model's spelling: the tokenizer's normalizer, then its pre-tokenizer,
+    exactly as `encode` runs them before the model (added tokens are not split out first); with `split`, each
+    pre-token is cut further there (`word_split`)."""
+    norm = tok.normalizer.normalize_str if tok.normalizer is not None else None
+    pre = tok.pre_tokenizer.pre_tokenize_str if tok.pre_tokenizer is not None else None
+    cut = split.split if split is not None else None
+
+    def run(text: str) -> list[str]:
+        if norm is not None:
+            text = norm(text)
+        words = [text] if pre is None else [p for p, _ in pre(text)]
+        return words if cut is None else [w for p in words for w in cut(p) if w]
+
+    return run
+
+
 def words_of(tok: Tokenizer, texts: Iterable[str], split: re.Pattern | None = None) -> Counter:
-    """The pre-tokens of `texts` in the model's spelling, counted: the tokenizer's normalizer, then its
-    pre-tokenizer, exactly as `encode` runs them before the model (added tokens are not split out first);
-    with `split`, each pre-token is cut further there (`word_split`)."""
-    norm, pre = tok.normalizer, tok.pre_tokenizer
+    """The pre-tokens of `texts` (`pre_tokens`), counted, in the order they first occur."""
+    run = pre_tokens(tok, split)
     out: Counter = Counter()
     for text in texts:
-        if norm is not None:
-            text = norm.normalize_str(text)
-        words = [text] if pre is None else [p for p, _ in pre.pre_tokenize_str(text)]
-        if split is not None:
-            words = [w for p in words for w in split.split(p) if w]
-        out.update(words)
+        out.update(run(text))
     return out
 
 
@@ -82,58 +95,47 @@ def count_words(tok: Tokenizer, corpus, *, chunk_chars: int = DEFAULT_CHUNK_CHAR
     if path.is_dir():
         raise InputError(f"{path}: is a directory; pass a UTF-8 text file as --corpus")
     reader = Reader(path, min(chunk_chars, MAX_ITEM_CHARS))
+    run = pre_tokens(tok, split)
+    cut = _WORD.split
     words: Counter = Counter()
     chunks: Counter = Counter()
     by_chunk = None
     reported = 0
 
-    def flush() -> None:
-        for chunk, n in chunks.items():
-            for w, m in words_of(tok, [chunk], split).items():
-                words[w] += n * m
-        chunks.clear()
+    def add(counts: Counter, into: Counter) -> Counter:
+        """Each distinct chunk pre-tokenized once (the Rust pre-tokenizer is the cost), its words weighted."""
+        get = into.get
+        if tok.normalizer is None and tok.pre_tokenizer is not None and split is None:  # byte-level: no wrapper
+            pre = tok.pre_tokenizer.pre_tokenize_str
+            for chunk, n in counts.items():
+                for w, _ in pre(chunk):
+                    into[w] = get(w, 0) + n
+            return into
+        for chunk, n in counts.items():
+            for w in run(chunk):
+                into[w] = get(w, 0) + n
+        return into
 
     for batch in batches(reader, chunk_chars):
         if by_chunk is None:
-            whole = words_of(tok, batch, split)
-            cut = Counter(c for text in batch for c in _WORD.split(text))
-            by_chunk = _weighted(tok, cut, split) == whole
-            words.update(whole)
+            words = words_of(tok, batch, split)
+            by_chunk = add(Counter([c for text in batch for c in cut(text)]), Counter()) == words
             logger.info("counting words %s", "by distinct space-cut chunk" if by_chunk else "paragraph by paragraph")
         elif by_chunk:
-            chunks.update(c for text in batch for c in _WORD.split(text))
+            chunks.update([c for text in batch for c in cut(text)])
             if len(chunks) > MAX_CHUNKS:
-                flush()
+                add(chunks, words)
+                chunks.clear()
         else:
-            words.update(words_of(tok, batch, split))
+            for text in batch:
+                words.update(run(text))
         if progress:
             progress(reader.pos - reported)
             reported = reader.pos
-    flush()
+    add(chunks, words)
     if reader.bytes == 0:
         raise InputError(f"{path}: the corpus is empty; pass a UTF-8 text file in the new language or domain")
     return words, reader.bytes
-
-
-def _weighted(tok: Tokenizer, chunks: Counter, split: re.Pattern | None) -> Counter:
-    out: Counter = Counter()
-    for chunk, n in chunks.items():
-        for w, m in words_of(tok, [chunk], split).items():
-            out[w] += n * m
-    return out
-
-
-def _find(s: list[int], a: int, b: int, start: int, m: int) -> int:
-    """The first k >= start with s[k], s[k + 1] == a, b, or -1."""
-    k = start
-    while True:
-        try:
-            k = s.index(a, k, m - 1)
-        except ValueError:
-            return -1
-        if s[k + 1] == b:
-            return k
-        k += 1
 
 
 @dataclass
@@ -154,25 +156,62 @@ class Learned:
         return self.chars + [a + b for a, b in self.merges]
 
 
-class _Symbols:
-    """Piece strings <-> small ints (ints hash and compare faster than strings in the pair index)."""
 
-    def __init__(self):
-        self.of: dict[str, int] = {}
-        self.text: list[str] = []
 
-    def __call__(self, piece: str) -> int:
-        i = self.of.get(piece)
-        if i is None:
-            i = self.of[piece] = len(self.text)
-            self.text.append(piece)
-        return i
+# Symbols are the characters of a str: a word is a str of its pieces' symbols, so finding a pair is `str.find` and
+# merging it everywhere is `str.replace` (C speed, left to right and non-overlapping, as the trainers merge), and a
+# pair is a 2-character str (hashed fast, and ordered as its two symbols are). Symbol k is the code point k, past
+# the surrogates from 0xD800 on (a str holds them, but they would not survive the UTF-32 decode used to build it).
+_SURROGATES = 0xD800
+MAX_SYMBOLS = 0x110000 - 0x800
+
+
+def _char(k: int) -> str:
+    return chr(k if k < _SURROGATES else k + 0x800)
+
+
+def _symbol(c: str) -> int:
+    k = ord(c)
+    return k if k < _SURROGATES else k - 0x800
+
+
+def _text(symbols: np.ndarray) -> str:
+    """The str whose characters are `symbols`."""
+    cps = symbols.astype(np.uint32)
+    cps[cps >= _SURROGATES] += 0x800
+    return cps.astype("<u4").tobytes().decode("utf-32-le")
+
+
+def _new_characters(words: Counter, n: int, vocab: dict[str, int], forbidden_words: list[str], min_count: int,
+                    refused: dict[str, int]) -> list[str]:
+    """The characters the vocabulary lacks that occur `min_count` times, most frequent first, at most `n`."""
+    counts: Counter = Counter()
+    for w, c in words.items():
+        for ch in w:
+            if ch not in vocab:
+                counts[ch] += c
+    kept = {ch for w in forbidden_words for ch in w}
+    chars = []
+    for ch, c in counts.most_common():
+        if c < min_count or len(chars) >= n:
+            break
+        if ch in kept:
+            why = "a character of --keep-text or the chat template"
+            refused[why] = refused.get(why, 0) + 1
+        else:
+            chars.append(ch)
+    return chars
 
 
 def learn_merges(tok: Tokenizer, words: Counter, n: int, *, vocab: dict[str, int], mergeable: Callable[[str], bool],
                  forbidden_words: Iterable[str] = (), whole_words: bool = False, min_count: int = 2,
                  new_chars: bool = False) -> Learned:
     """Learn up to `n` merges after the old ones of `tok`'s BPE model from pre-token counts `words`.
+
+    Among pairs of equal count, the one whose pieces came first wins: pieces are numbered in the order they
+    first occur in `words` (in its order, each word left to right; from `count_words`, the corpus's order),
+    then the pieces of `forbidden_words`, then the new pieces as they are made; the pair with the lower
+    (first, second) numbers is taken.
 
     Args:
         tok: the tokenizer (its model splits each word into the pieces the old merges leave).
@@ -188,97 +227,153 @@ def learn_merges(tok: Tokenizer, words: Counter, n: int, *, vocab: dict[str, int
         new_chars: the model spells characters it lacks as bytes or the unknown piece (SentencePiece BPE): each
             that occurs `min_count` times becomes a piece first (as SentencePiece's trainer covers the
             characters of its corpus), most frequent first, then merges fill the rest of the `n`.
+
+    Raises:
+        InputError: the corpus has more distinct pieces than `n` new symbols leave room for (over a million).
     """
-    sym = _Symbols()
-    model = tok.model
     forbidden_words = list(forbidden_words)
     refused: dict[str, int] = {}
-    chars: list[str] = []
-    if new_chars:
-        counts: Counter = Counter()
-        for w, c in words.items():
-            for ch in w:
-                if ch not in vocab:
-                    counts[ch] += c
-        kept = {ch for w in forbidden_words for ch in w}
-        for ch, c in counts.most_common():
-            if c < min_count or len(chars) >= n:
-                break
-            if ch in kept:
-                refused["a character of --keep-text or the chat template"] = refused.get(
-                    "a character of --keep-text or the chat template", 0) + 1
-            else:
-                chars.append(ch)
-    added = set(chars)
+    chars = _new_characters(words, n, vocab, forbidden_words, min_count, refused) if new_chars else []
+    tokenize = tok.model.tokenize
+    # ids of the pieces: the model's, and after them one per new character
+    base = max(max(vocab.values(), default=0), tok.get_vocab_size(with_added_tokens=True)) + 1
+    char_id = {ch: base + j for j, ch in enumerate(chars)}
+    split_chars = re.compile("([" + "".join(map(re.escape, chars)) + "])") if chars else None
 
-    def pieces(w: str) -> list[str]:
+    def piece_ids(w: str) -> list[int]:
         """`w`'s pieces after the old merges, with the new characters as pieces: merges never span a character
         the vocabulary lacks, so the runs between new characters split as they do in the word."""
-        if not added or added.isdisjoint(w):
-            return [t.value for t in model.tokenize(w)]
-        out, start = [], 0
-        for i, ch in enumerate(w):
-            if ch in added:
-                out += [t.value for t in model.tokenize(w[start:i])] if i > start else []
-                out.append(ch)
-                start = i + 1
-        return out + ([t.value for t in model.tokenize(w[start:])] if start < len(w) else [])
+        if split_chars is None or char_id.keys().isdisjoint(w):
+            return [t.id for t in tokenize(w)]
+        out: list[int] = []
+        for part in split_chars.split(w):
+            if part in char_id:
+                out.append(char_id[part])
+            elif part:
+                out += [t.id for t in tokenize(part)]
+        return out
 
-    seqs: list[list[int]] = []
-    freqs: list[int] = []
+    flat = array("q")  # every word's piece ids, one after the other (8 bytes each, not a Python int)
+    lengths = array("q")
     before = 0
     for w, c in words.items():
-        seqs.append([sym(t) for t in pieces(w)])
-        freqs.append(c)
-        before += c * (len(model.tokenize(w)) if added else len(seqs[-1]))
-    blocked: set[tuple[int, int]] = set()
-    keep_spellings: set[str] = set()
-    for w in forbidden_words:
-        s = [sym(t) for t in pieces(w)]
-        blocked.update(zip(s, s[1:]))
-        if whole_words:
-            keep_spellings.add(w)
-    ok_symbol = [mergeable(t) for t in sym.text]
-    pair_count: dict[tuple[int, int], int] = {}
-    where: dict[tuple[int, int], set[int]] = {}
-    for i, (s, f) in enumerate(zip(seqs, freqs)):
-        for p in zip(s, s[1:]):
-            pair_count[p] = pair_count.get(p, 0) + f
-            ws = where.get(p)
-            if ws is None:
-                where[p] = {i}
-            else:
-                ws.add(i)
+        ids = piece_ids(w)
+        flat.extend(ids)
+        lengths.append(len(ids))
+        before += c * (len(ids) if split_chars is None or char_id.keys().isdisjoint(w) else len(tokenize(w)))
+    n_flat = len(flat)
+    blocked_words = [piece_ids(w) for w in forbidden_words]
+    for ids in blocked_words:
+        flat.extend(ids)
+    # symbols numbered by first occurrence
+    uniq, first, inverse = np.unique(np.frombuffer(flat, dtype=np.int64), return_index=True, return_inverse=True)
+    del flat
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(len(uniq), dtype=np.int64)
+    rank[order] = np.arange(len(uniq))
+    symbols = rank[inverse.reshape(-1)]  # (pieces,) the symbol of each piece, in order
+    del inverse, first
+    n0 = len(uniq)
+    if n0 + n > MAX_SYMBOLS:
+        raise InputError(f"--new-tokens {n}: the corpus has {n0:,} distinct pieces; at most {MAX_SYMBOLS - n0:,} new "
+                         "tokens can be learned from it")
+    piece = tok.model.id_to_token  # the model's own spelling of the id, as `tokenize` gives it
+    text = [chars[i - base] if i >= base else piece(i) for i in uniq[order].tolist()]  # symbol -> piece
+    ok_symbol = [mergeable(t) for t in text]
+    whole = _text(symbols)
+    lengths = np.frombuffer(lengths, dtype=np.int64)
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    seqs = [whole[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
+    freqs = list(words.values())
+    blocked: set[str] = set()
+    at = n_flat
+    for ids in blocked_words:
+        s = whole[at:at + len(ids)]
+        at += len(ids)
+        blocked.update(s[k:k + 2] for k in range(len(s) - 1))
+    keep_spellings = set(forbidden_words) if whole_words else set()
+    del whole, starts, ends
+    pair_count, index = _pairs(symbols[:n_flat], lengths, np.array(freqs, dtype=np.int64),
+                               n0 + n, min_count)
+    learned = Learned([], [], chars, refused, words=len(seqs), tokens_before=before)
+    _merge(learned, n, seqs, freqs, text, ok_symbol, pair_count, index, n0, blocked, keep_spellings,
+           vocab, min_count)
+    learned.tokens_after = sum(len(s) * f for s, f in zip(seqs, freqs))
+    return learned
+
+
+class _Index:
+    """Pair -> the words that held it before any new merge, from one sort (a pair of old pieces is never made
+    again: every pair a merge makes has the new piece in it)."""
+
+    def __init__(self, codes: np.ndarray, offsets: np.ndarray, word: np.ndarray, size: int):
+        self.codes, self.offsets, self.word, self.size = codes, offsets, word, size
+
+    def words(self, pair: str) -> list[int]:
+        code = _symbol(pair[0]) * self.size + _symbol(pair[1])
+        u = int(np.searchsorted(self.codes, code))
+        if u == len(self.codes) or self.codes[u] != code:
+            return []
+        return self.word[self.offsets[u]:self.offsets[u + 1]].tolist()
+
+
+def _pairs(symbols: np.ndarray, lengths: np.ndarray, freqs: np.ndarray, size: int,
+           min_count: int) -> tuple[dict[str, int], _Index]:
+    """(pair -> count over the corpus, for the pairs that occur `min_count` times; the index pair -> words)."""
+    word = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)  # (pieces,) the word of each piece
+    inside = word[:-1] == word[1:]  # a piece and the next one are in the same word
+    codes = (symbols[:-1] * size + symbols[1:])[inside]
+    holder = word[:-1][inside]
+    del word, inside
+    uniq, inverse = np.unique(codes, return_inverse=True)
+    del codes
+    counts = np.bincount(inverse, weights=freqs[holder], minlength=len(uniq))  # float64: exact below 2**53
+    n_words = max(1, len(lengths))
+    keys = inverse.astype(np.int64) * n_words + holder  # (pair, word)
+    del inverse, holder
+    keys.sort()
+    keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))[:len(keys)]]  # each once
+    offsets = np.searchsorted(keys // n_words, np.arange(len(uniq) + 1))
+    index = _Index(uniq, offsets, (keys % n_words).astype(np.int32), size)
+    del keys
+    kept = counts >= min_count
+    a, b = uniq[kept] // size, uniq[kept] % size
+    both = np.empty(2 * len(a), dtype=np.int64)
+    both[0::2], both[1::2] = a, b
+    pairs = _text(both)
+    pair_count = dict(zip((pairs[k:k + 2] for k in range(0, len(pairs), 2)), counts[kept].astype(np.int64).tolist()))
+    return pair_count, index
+
+
+def _merge(learned: Learned, n: int, seqs: list[str], freqs: list[int], text: list[str], ok_symbol: list[bool],
+           pair_count: dict[str, int], index: _Index, n0: int, blocked: set[str], keep_spellings: set[str],
+           vocab: dict[str, int], min_count: int) -> None:
+    """The trainer's loop: merge the most frequent pair in every word that holds it, until `n` new pieces."""
     heap = [(-c, p) for p, c in pair_count.items()]
     heapq.heapify(heap)
-    made: set[str] = set(chars)
-    learned = Learned([], [], chars, refused, words=len(seqs), tokens_before=before)
-    touched: set[tuple[int, int]] = set()
-
-    def inc(q: tuple[int, int], i: int, f: int) -> None:
-        pair_count[q] = pair_count.get(q, 0) + f
-        ws = where.get(q)
-        if ws is None:
-            where[q] = {i}
-        else:
-            ws.add(i)
-        touched.add(q)
-
-    while len(chars) + len(learned.merges) < n and heap:
-        negc, p = heapq.heappop(heap)
-        c = pair_count.get(p, 0)
+    made: set[str] = set(learned.chars)
+    refused = learned.refused
+    made_pairs: dict[str, list[int]] = {}  # a pair a merge made -> the words it was made in
+    get = pair_count.get
+    pop, push = heapq.heappop, heapq.heappush
+    first_new = _char(n0)
+    while len(learned.chars) + len(learned.merges) < n and heap:
+        negc, p = pop(heap)
+        c = get(p, 0)
         if c != -negc:  # stale: the count fell since it was pushed; push it again with its count
             if c > 0:
-                heapq.heappush(heap, (-c, p))
+                push(heap, (-c, p))
             continue
         if c < min_count:
             break
         a, b = p
-        piece = sym.text[a] + sym.text[b]
+        sa, sb = _symbol(a), _symbol(b)
+        piece = text[sa] + text[sb]
         why = None
         if p in blocked:
             why = "would change --keep-text or the chat template"
-        elif not (ok_symbol[a] and ok_symbol[b]):
+        elif not (ok_symbol[sa] and ok_symbol[sb]):
             why = "a byte-fallback or special piece"
         elif piece in vocab or piece in made:
             why = "the vocabulary has the piece already"
@@ -286,51 +381,69 @@ def learn_merges(tok: Tokenizer, words: Counter, n: int, *, vocab: dict[str, int
             why = "spells a word of --keep-text (ignore_merges would take it whole)"
         if why is not None:
             refused[why] = refused.get(why, 0) + 1
-            pair_count.pop(p, None)  # never chosen again; the words keep the pair
-            where.pop(p, None)
+            del pair_count[p]  # never chosen again (no merge makes it again); the words keep the pair
+            made_pairs.pop(p, None)
             continue
-        new = sym(piece)
+        new = _char(len(text))
+        text.append(piece)
         ok_symbol.append(True)
         made.add(piece)
-        learned.merges.append((sym.text[a], sym.text[b]))
+        learned.merges.append((text[sa], text[sb]))
         learned.counts.append(c)
-        # Only the pairs beside each occurrence change: (x, a) becomes (x, new) and (b, y) becomes (new, y).
-        # A word that no longer holds a pair stays in its index entry (scanned for nothing later), as the
-        # Rust trainer's index does; occurrences are found with list.index (C speed), left to right.
-        for i in where.pop(p, ()):
-            s, f = seqs[i], freqs[i]
+        holders = made_pairs.pop(p) if a >= first_new or b >= first_new else index.words(p)
+        del pair_count[p]
+        created: list[str] = []  # the pairs this merge makes (each has `new` in it)
+
+        # Only the pairs beside each occurrence change: (x, a) becomes (x, new) and (b, y) becomes (new, y). A
+        # word that no longer holds the pair stays in the index (found empty by `find`), as in the Rust trainer.
+        for i in holders:
+            s = seqs[i]
+            k = s.find(p)
+            if k < 0:
+                continue
+            f = freqs[i]
             m = len(s)
-            out: list[int] = []
-            j = 0
-            prev_end = -1  # where the last merge of this word ended: a neighbour there is `new`, not `b`
-            while True:
-                k = _find(s, a, b, j, m)
-                if k < 0:
-                    out.extend(s[j:])
-                    break
-                out.extend(s[j:k])
-                if out:
-                    if k == prev_end:  # "a b a b": the (b, a) between was counted off by the merge before
-                        inc((new, new), i, f)
+            end = -1  # where the last occurrence ended: a neighbour there is `new`, not `b`
+            while k >= 0:
+                if k:
+                    if k == end:  # "a b a b": the (b, a) between was counted off at the occurrence before
+                        q = new + new
+                        pair_count[q] = get(q, 0) + f
+                        words = made_pairs.get(q)
+                        if words is None:
+                            made_pairs[q] = [i]
+                            created.append(q)
+                        elif words[-1] != i:  # a word's pairs are made while it is merged: its repeats are together
+                            words.append(i)
                     else:
-                        q = (s[k - 1], a)
+                        x = s[k - 1]
+                        q = x + a
                         if q != p and q in pair_count:
                             pair_count[q] -= f
-                        inc((out[-1], new), i, f)
-                if k + 2 < m:
-                    y = s[k + 2]
-                    q = (b, y)
+                        q = x + new
+                        pair_count[q] = get(q, 0) + f
+                        words = made_pairs.get(q)
+                        if words is None:
+                            made_pairs[q] = [i]
+                            created.append(q)
+                        elif words[-1] != i:  # a word's pairs are made while it is merged: its repeats are together
+                            words.append(i)
+                end = k + 2
+                if end < m:
+                    y = s[end]
+                    q = b + y
                     if q != p and q in pair_count:
                         pair_count[q] -= f
-                    if not (y == a and k + 3 < m and s[k + 3] == b):  # else: (new, new), counted there
-                        inc((new, y), i, f)
-                out.append(new)
-                j = prev_end = k + 2
-            if len(out) != m:
-                seqs[i] = out
-        pair_count.pop(p, None)
-        for q in touched:
-            heapq.heappush(heap, (-pair_count[q], q))
-        touched.clear()
-    learned.tokens_after = sum(len(s) * f for s, f in zip(seqs, freqs))
-    return learned
+                    if not (y == a and s.startswith(p, end)):  # else: (new, new), counted there
+                        q = new + y
+                        pair_count[q] = get(q, 0) + f
+                        words = made_pairs.get(q)
+                        if words is None:
+                            made_pairs[q] = [i]
+                            created.append(q)
+                        elif words[-1] != i:  # a word's pairs are made while it is merged: its repeats are together
+                            words.append(i)
+                k = s.find(p, end)
+            seqs[i] = s.replace(p, new)
+        for q in created:
+            push(heap, (-pair_count[q], q))
