@@ -21,6 +21,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from . import contexts, resplit
+from .building import tokenizer_from_data
 from ..checkpoint.reader import read_json
 from ..errors import InputError, VocabSurgeonError
 from .chats import chat_samples
@@ -249,9 +250,8 @@ class TokenizerEditor:
                 "tokenizers (tokenizer.json). Save the tokenizer with transformers "
                 "(AutoTokenizer.from_pretrained(dir).save_pretrained(dir)) first"
             )
-        try:  # parse the file itself when there is one: no need to serialize what was just read
-            self.tok = unpadded(Tokenizer.from_file(str(file)) if self.converted_from is None else
-                                Tokenizer.from_str(json.dumps(self.data)))
+        try:  # from the object just read: its model built from the dict (building.py), the file not parsed again
+            self.tok = unpadded(tokenizer_from_data(self.data))
         except Exception as e:  # the Rust parser raises plain Exception subclasses
             raise InputError(f"{file}: the tokenizers library cannot load it ({e}); re-download it") from None
         if "type" not in (self.data.get("model") or {}):
@@ -279,7 +279,7 @@ class TokenizerEditor:
         self.rewritten = meta is not view
         if meta is not self.data:
             self.data = meta
-            self.tok = unpadded(Tokenizer.from_str(json.dumps(self.data)))
+            self.tok = unpadded(tokenizer_from_data(self.data))
         self.family_name = detect_family(self.data)
         fam = family_of(self.data)
         self.family = fam(self) if fam is not None else None  # the family record: how words become entries
@@ -308,9 +308,12 @@ class TokenizerEditor:
         # transformers registers tokenizer_config.json's added_tokens_decoder on load: an id named there
         # with other content than tokenizer.json gives the loaded tokenizer a token past the rows.
         decoder = (self.config or {}).get("added_tokens_decoder")
+        decoder = decoder if isinstance(decoder, dict) else {}
         by_id = {t["id"]: c for c, t in self.added.items()}
-        by_id.update({i: c for c, i in self.vocab.items() if i not in by_id})
-        for key, entry in (decoder.items() if isinstance(decoder, dict) else ()):
+        named = {int(k) for k in decoder if str(k).isdigit()} - set(by_id)  # only the ids named: not all 128k
+        if named:
+            by_id.update({i: c for c, i in self.vocab.items() if i in named})
+        for key, entry in decoder.items():
             content = entry.get("content") if isinstance(entry, dict) else None
             if not str(key).isdigit() or content is None:
                 continue
@@ -534,7 +537,7 @@ class TokenizerEditor:
         """
         if not plan.new:
             return {}, {}, {}
-        tok = unpadded(Tokenizer.from_str(json.dumps(self.edited(plan))))
+        tok = unpadded(tokenizer_from_data(self.edited(plan)))  # no JSON round trip of the vocabulary (issue 38)
         failures: dict[str, str] = {}
         owner = {t.id: t.text for t in plan.new}
         self._check_resplits(plan, tok)
