@@ -326,10 +326,9 @@ class TokenizerEditor:
     @property
     def size(self) -> int:
         """One past the largest id the tokenizer can produce."""
-        ids = list(self.vocab.values()) + [t["id"] for t in self.added.values()]
-        if not ids:
+        if not self.vocab and not self.added:
             return self.tok.get_vocab_size(with_added_tokens=True)
-        return max(ids) + 1
+        return max(max(self.vocab.values(), default=-1), max((t["id"] for t in self.added.values()), default=-1)) + 1
 
     def has(self, piece: str) -> bool:
         """Whether `piece` is already a vocabulary entry or an added token."""
@@ -425,9 +424,10 @@ class TokenizerEditor:
         Raises:
             InputError: new ids inside the tokenizer, or an unsupported tokenizer family.
         """
-        start = self.size if first_id is None else first_id
-        if start < self.size:
-            raise InputError(f"new ids must start at or after {self.size}, the tokenizer's size; got {start}")
+        size = self.size  # one scan of the ids
+        start = size if first_id is None else first_id
+        if start < size:
+            raise InputError(f"new ids must start at or after {size}, the tokenizer's size; got {start}")
         new, skipped, notes = self._draft(words, special)
         chat = chat_samples(self.dir, self.config, self.as_loaded) if chat is None else chat
         self._corpus = resplit.Holders(resplit.corpus_words(corpus)) if corpus else None
