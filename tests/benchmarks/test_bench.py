@@ -66,6 +66,8 @@ def test_tiny_mode_reports_where_the_time_goes_planning_included(tiny_run):
     assert fsyncs[0] > 2 and fsyncs[1] <= 1  # --no-fsync: only the output's parent directory, after the rename
     text = results.read_text()
     assert "| plan | " in text and "| fsync | " in text and "| `plan_tokens` | MainThread |" in text
+    plan = sum(s["seconds"] for s in split[0]["steps"] if s["step"] == "plan_tokens")
+    assert f"| planning (`plan_tokens` of `add`, main thread), s | {plan:.2f} | <= 1 |" in text  # its target beside it
 
 
 def test_tiny_mode_keeps_the_prose_and_replaces_the_old_block(tiny_run):
