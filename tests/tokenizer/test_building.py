@@ -114,6 +114,18 @@ def test_form_index_finds_in_numpy_what_the_window_scan_finds(seed):
     assert index.holders(pieces) == {f: ps for f, ps in held.items() if ps}
 
 
+def test_form_index_with_thousands_of_distinct_characters_agrees_with_the_window_scan():
+    """Past 4,096 distinct characters in the heads, the first-two-characters table is not built (its size): the
+    windows are filtered by their first character, then searched."""
+    rng = random.Random(7)
+    alphabet = [chr(0x4E00 + i) for i in range(6000)]
+    forms = {"".join(rng.choice(alphabet) for _ in range(rng.randint(1, 5))) for _ in range(3500)}
+    pieces = ["".join(rng.choice(alphabet[:300]) for _ in range(rng.randint(1, 6))) for _ in range(3000)]
+    index = FormIndex(forms)
+    assert len({c for f in forms for c in f[:4]}) > 4096
+    assert index.hits(pieces) == _hits_by_definition(index, pieces)
+
+
 def test_form_index_on_a_vocabulary_agrees_with_the_window_scan():
     vocab = json.loads((FIXTURES / "gpt2-tiny" / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
     pieces = list(vocab) * 3  # past the numpy threshold

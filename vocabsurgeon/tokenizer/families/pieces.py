@@ -90,18 +90,30 @@ class FormIndex:
         table[[ord(c) for c in chars]] = np.arange(1, len(chars) + 1, dtype=np.uint64)
         mapped = table[codes]
         starts = np.cumsum([0] + [len(p) + 1 for p in pieces[:-1]])
+        width = len(chars) + 1
         out = []
         for g, by_head in self.groups:
             n = len(mapped) - g + 1
             if n <= 0:
                 out.append((g, []))
                 continue
-            keys = mapped[:n].copy()
-            for j in range(1, g):
-                keys = (keys << np.uint64(16)) | mapped[j:j + n]
-            heads = np.array(sorted({_key(h, number) for h in by_head}), dtype=np.uint64)
-            at = np.searchsorted(heads, keys).clip(max=len(heads) - 1)
-            found = np.flatnonzero(heads[at] == keys)
+            # the windows whose first one or two characters start some head, looked up in a table (exact for
+            # g <= 2), then only those keyed and searched among the heads
+            if g == 1 or width * width > 1 << 24:
+                first = np.zeros(width, dtype=bool)
+                first[[number[h[0]] for h in by_head]] = True
+                found = np.flatnonzero(first[mapped[:n]])
+            else:
+                pair = np.zeros(width * width, dtype=bool)
+                pair[[number[h[0]] * width + number[h[1]] for h in by_head]] = True
+                found = np.flatnonzero(pair[mapped[:n] * np.uint64(width) + mapped[1:n + 1]])
+            if g > 2 or (g == 2 and width * width > 1 << 24):
+                keys = mapped[found]
+                for j in range(1, g):
+                    keys = (keys << np.uint64(16)) | mapped[found + j]
+                heads = np.array(sorted({_key(h, number) for h in by_head}), dtype=np.uint64)
+                at = np.searchsorted(heads, keys).clip(max=len(heads) - 1)
+                found = found[heads[at] == keys]
             owner = np.searchsorted(starts, found, side="right") - 1
             hits = []
             for k, o in zip(found.tolist(), owner.tolist()):
