@@ -15,7 +15,7 @@ from vocabsurgeon.tokenizer import building, editor as editor_module
 from vocabsurgeon.tokenizer.building import tokenizer_from_data
 from vocabsurgeon.tokenizer.editor import TokenizerEditor
 from vocabsurgeon.tokenizer.encoding import encode_ids
-from vocabsurgeon.tokenizer.families.pieces import FormIndex
+from vocabsurgeon.tokenizer.families.pieces import FormIndex, text_pieces
 
 from published_models import FIXTURES, Missing, fetch
 
@@ -56,7 +56,11 @@ def test_edited_tokenizers_build_as_the_parser_builds_them(name):
     _same(ed.data)
     plan = ed.plan(WORDS, first_id=ed.size)
     assert {t.mechanism for t in plan.new} & {"vocab", "merge", "added"}
-    _same(ed.edited(plan))
+    edited = ed.edited(plan)
+    _same(edited)
+    cache: dict = {}  # the original's merges converted once, reused for the edited copy (appended to, or not)
+    tokenizer_from_data(ed.data, cache)
+    assert tokenizer_from_data(edited, cache).to_str() == _parsed(edited).to_str()
 
 
 def test_added_tokens_the_parser_would_renumber_go_through_the_parser():
@@ -80,7 +84,7 @@ def test_merges_written_as_text_build_as_the_parser_builds_them():
     _same(data)
 
 
-def _round_trip(data: dict) -> Tokenizer:
+def _round_trip(data: dict, cache: dict | None = None) -> Tokenizer:
     return _parsed(data)
 
 
@@ -131,3 +135,9 @@ def test_form_index_on_a_vocabulary_agrees_with_the_window_scan():
     pieces = list(vocab) * 3  # past the numpy threshold
     index = FormIndex({"Ġthe", "the", "re", "ation", "Ġreturn", "tion", "zzz"})
     assert index.hits(pieces) == _hits_by_definition(index, pieces)
+
+
+def test_text_pieces_leave_out_added_tokens_and_byte_fallback_pieces_only():
+    vocab = {"<0x41>": 0, "a": 1, "x\n<0x42>": 2, "<0x4G>": 3, "<0x41>b": 4, "<s>": 5, "\n": 6, "<0xFF>": 7}
+    assert text_pieces(vocab, {"<s>": {"id": 5}}) == ["a", "x\n<0x42>", "<0x4G>", "<0x41>b", "\n"]
+    assert text_pieces({"a": 0, "b": 1}, {}) == ["a", "b"]

@@ -20,14 +20,15 @@ BPE_OPTIONS = ("dropout", "unk_token", "continuing_subword_prefix", "end_of_word
                "ignore_merges")
 
 
-def tokenizer_from_data(data: dict) -> Tokenizer:
+def tokenizer_from_data(data: dict, cache: dict | None = None) -> Tokenizer:
     """The tokenizer of the tokenizer.json object `data` (not modified), as `Tokenizer.from_str(json.dumps(data))`
-    builds it.
+    builds it. `cache`: a dict the caller keeps between calls on objects that share their merges (the original
+    and its edited copies, which append to a copy of the list): the merges as pairs are then converted once.
 
     Raises:
         Exception: what the tokenizers library raises for a tokenizer it cannot build.
     """
-    parts = _bpe_parts(data)
+    parts = _bpe_parts(data, cache)
     if parts is None:
         return Tokenizer.from_str(json.dumps(data))
     vocab, merges, options, added_ids = parts
@@ -40,7 +41,7 @@ def tokenizer_from_data(data: dict) -> Tokenizer:
     return tok
 
 
-def _bpe_parts(data: dict) -> tuple[dict, list[tuple[str, str]], dict, dict[str, int]] | None:
+def _bpe_parts(data: dict, cache: dict | None = None) -> tuple[dict, list[tuple[str, str]], dict, dict[str, int]] | None:
     """(vocab, merges as pairs, the constructor's options, each added token's id) of a BPE model the constructor
     builds as the parser does, or None."""
     model = data.get("model")
@@ -52,6 +53,28 @@ def _bpe_parts(data: dict) -> tuple[dict, list[tuple[str, str]], dict, dict[str,
     added_ids = _added_ids(data.get("added_tokens") or [], vocab)
     if added_ids is None:
         return None
+    pairs = _cached_pairs(merges, cache)
+    if pairs is None:
+        return None
+    options = {k: model[k] for k in BPE_OPTIONS if model.get(k) is not None}
+    return vocab, pairs, options, added_ids
+
+
+def _cached_pairs(merges: list, cache: dict | None) -> list[tuple[str, str]] | None:
+    """`_pairs(merges)`, reusing the pairs of the list last converted with `cache` where `merges` starts with it
+    (compared item by item: the same objects, so in C at once)."""
+    known = cache.get("merges") if cache is not None else None
+    if known is not None and len(merges) >= len(known) and merges[:len(known)] == known:
+        tail = _pairs(merges[len(known):])
+        return None if tail is None else cache["pairs"] + tail
+    pairs = _pairs(merges)
+    if cache is not None and pairs is not None:
+        cache.update(merges=list(merges), pairs=pairs)
+    return pairs
+
+
+def _pairs(merges: list) -> list[tuple[str, str]] | None:
+    """The merges as the pairs the constructor takes, or None where the parser would read them otherwise."""
     kinds = set(map(type, merges))  # map and set: C loops over 280k merges, not Python ones
     if kinds <= {list, tuple}:
         pairs = list(map(tuple, merges))
@@ -61,8 +84,7 @@ def _bpe_parts(data: dict) -> tuple[dict, list[tuple[str, str]], dict, dict[str,
         return None
     if set(map(len, pairs)) - {2}:
         return None  # the parser's error for it
-    options = {k: model[k] for k in BPE_OPTIONS if model.get(k) is not None}
-    return vocab, pairs, options, added_ids
+    return pairs
 
 
 def _added_ids(added: list, vocab: dict) -> dict[str, int] | None:

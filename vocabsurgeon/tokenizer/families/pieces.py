@@ -11,6 +11,16 @@ from __future__ import annotations
 import re
 
 BYTE_PIECE = re.compile(r"<0x[0-9A-Fa-f]{2}>")  # SentencePiece byte fallback: one byte, not its spelling
+_BYTE_LINE = re.compile(r"^<0x[0-9A-Fa-f]{2}>$", re.MULTILINE)
+
+
+def text_pieces(vocab: dict[str, int], added: dict) -> list[str]:
+    """The model's pieces that stand for their spelling, in vocabulary order: not added tokens, and not
+    byte-fallback pieces ("<0x52>" is one byte, "52" is not inside it). The byte pieces are found by one regex
+    scan of the pieces end to end (a line that looks like one and is a piece is one), not a match per piece."""
+    byte = {p for p in _BYTE_LINE.findall("\n".join(vocab)) if p in vocab}
+    skip = added.keys() | byte if byte else added
+    return [p for p in vocab if p not in skip]
 
 
 def _byte_symbols() -> list[str]:
@@ -89,7 +99,8 @@ class FormIndex:
         table = np.zeros(max(int(codes.max(initial=0)), ord(chars[-1])) + 1, dtype=np.uint64)
         table[[ord(c) for c in chars]] = np.arange(1, len(chars) + 1, dtype=np.uint64)
         mapped = table[codes]
-        starts = np.cumsum([0] + [len(p) + 1 for p in pieces[:-1]])
+        starts = np.zeros(len(pieces), dtype=np.int64)  # where each piece starts in `text`
+        np.cumsum(np.fromiter(map(len, pieces[:-1]), dtype=np.int64, count=len(pieces) - 1) + 1, out=starts[1:])
         width = len(chars) + 1
         out = []
         for g, by_head in self.groups:
