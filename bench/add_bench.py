@@ -276,6 +276,11 @@ def report(res: dict, many_res: dict | None, info: dict, argv: list[str], block:
                     f"({gb(bound)}) | {'yes' if r <= bound else '**no**'} |")
     ratio("time: vocabsurgeon --no-fsync / floor (copy)", "vocabsurgeon --no-fsync", "floor (copy)", "wall", 1.3, "le")
     ratio("time: vocabsurgeon / cp -r + sync", "vocabsurgeon", "cp -r + sync", "wall", 1.3, "le")
+    split = res.get("phases") or []
+    if split:  # issue 38: the planning (main thread) under a second for 1,000 words on a 128k vocabulary
+        plan = sum(s["seconds"] for s in split[0]["steps"] if s["step"] == "plan_tokens")
+        rows.append(f"| planning (`plan_tokens` of `add`, main thread), s | {plan:.2f} | <= 1 | "
+                    f"{'yes' if plan <= 1 else '**no**'} |")
     L += ["| ratio | measured | target | met |", "|---|---:|---|---|", *rows, ""]
     L += phase_table(res.get("phases") or [])
     if many_res:

@@ -66,6 +66,8 @@ def test_tiny_mode_reports_where_the_time_goes_planning_included(tiny_run):
     assert fsyncs[0] > 2 and fsyncs[1] <= 1  # --no-fsync: only the output's parent directory, after the rename
     text = results.read_text()
     assert "| plan | " in text and "| fsync | " in text and "| `plan_tokens` | MainThread |" in text
+    plan = sum(s["seconds"] for s in split[0]["steps"] if s["step"] == "plan_tokens")
+    assert f"| planning (`plan_tokens` of `add`, main thread), s | {plan:.2f} | <= 1 |" in text  # its target beside it
 
 
 def test_tiny_mode_keeps_the_prose_and_replaces_the_old_block(tiny_run):
@@ -255,3 +257,19 @@ def test_real_checkpoint_renders_saved_figures_into_results_between_its_markers(
     assert text.count("## Qwen2.5-Coder-0.5B-Instruct, real checkpoint: add and validate (issue 20)") == 1
     assert text.count("<!-- real-qwen2.5-coder:begin -->") == 1 and "gemma\n" in text
     assert "The 10,000-word dictionary list" in text
+
+
+def test_plan_bench_time_block_shows_both_versions_with_load_and_whether_the_plans_agree():
+    from bench import plan_bench
+
+    def run(version, name, r):
+        return {"round": r, "version": version, "checkpoint": name,
+                "call": {"wall": 2.5 + r, "cpu": 1.25, "load": 7.5}, "command": {"wall": 3.5, "cpu": 1.75, "load": 8.0}}
+
+    res = {"base": "abc1234", "versions": ["abc1234", "this tree"], "same_plan": {"bench": True, "llama3": False},
+           "runs": [run(v, n, r) for r in (1, 2) for n in ("bench", "llama3") for v in ("abc1234", "this tree")]}
+    block = plan_bench.time_report(res, ["time", "--rounds", "2"])
+    assert block.startswith("<!-- plan-time:begin -->") and block.endswith("<!-- plan-time:end -->")
+    assert "| bench | `abc1234` | 3.50 / 1.25 (7.5), 4.50 / 1.25 (7.5) | 3.50 / 1.75 (8.0), 3.50 / 1.75 (8.0) |" in block
+    assert "| llama3 | this tree |" in block
+    assert "- bench: both versions print the same" in block and "- llama3: both versions print **a different**" in block

@@ -10,17 +10,19 @@ was written. Details: docs/internals.md.
 from __future__ import annotations
 
 import ast
+import copy
 import functools
 import importlib.util
 import json
 import logging
 import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tokenizers import Tokenizer
 
 from . import contexts, resplit
+from .building import tokenizer_from_data
 from ..checkpoint.reader import read_json
 from ..errors import InputError, VocabSurgeonError
 from .chats import chat_samples
@@ -28,7 +30,7 @@ from .encoding import encode_batch, encode_ids, unpadded
 from .gguf_check import CHECK_TEXT, HASHED_FAMILIES
 from . import sentencepiece_model
 from .families import SUPPORTED_FAMILIES, SentencePieceBPE, Skip, detect_family, family_of
-from .families.pieces import BYTE_PIECE, FormIndex, byte_level
+from .families.pieces import FormIndex, byte_level, text_pieces
 from .families.sentencepiece_bpe import PIPELINE, as_meta_layout, as_transformers_builds
 from ..checkpoint.filenames import CHAT_TEMPLATE_FILES, CONFIG_NAME, SLOW_TOKENIZER_FILES, TOKENIZER_CONFIG, TOKENIZER_FILE
 from ..checkpoint.writer import write_json
@@ -234,6 +236,7 @@ class TokenizerEditor:
         # only entries that llama.cpp reads as transformers does (the families' gguf_parity notes)
         self.gguf_parity = gguf_parity
         file = self.dir / TOKENIZER_FILE
+        self._built: dict = {}  # tokenizer_from_data's cache: the original's merges, converted once
         self.converted_from: str | None = None
         self.slow_file = next((f for f in SLOW_TOKENIZER_FILES if (self.dir / f).is_file()), None)
         if file.exists():
@@ -250,9 +253,8 @@ class TokenizerEditor:
                 "tokenizers (tokenizer.json). Save the tokenizer with transformers "
                 "(AutoTokenizer.from_pretrained(dir).save_pretrained(dir)) first"
             )
-        try:  # parse the file itself when there is one: no need to serialize what was just read
-            self.tok = unpadded(Tokenizer.from_file(str(file)) if self.converted_from is None else
-                                Tokenizer.from_str(json.dumps(self.data)))
+        try:  # from the object just read: its model built from the dict (building.py), the file not parsed again
+            self.tok = unpadded(tokenizer_from_data(self.data, self._built))
         except Exception as e:  # the Rust parser raises plain Exception subclasses
             raise InputError(f"{file}: the tokenizers library cannot load it ({e}); re-download it") from None
         if "type" not in (self.data.get("model") or {}):
@@ -280,7 +282,7 @@ class TokenizerEditor:
         self.rewritten = meta is not view
         if meta is not self.data:
             self.data = meta
-            self.tok = unpadded(Tokenizer.from_str(json.dumps(self.data)))
+            self.tok = unpadded(tokenizer_from_data(self.data, self._built))
         self.family_name = detect_family(self.data)
         fam = family_of(self.data)
         self.family = fam(self) if fam is not None else None  # the family record: how words become entries
@@ -309,9 +311,12 @@ class TokenizerEditor:
         # transformers registers tokenizer_config.json's added_tokens_decoder on load: an id named there
         # with other content than tokenizer.json gives the loaded tokenizer a token past the rows.
         decoder = (self.config or {}).get("added_tokens_decoder")
+        decoder = decoder if isinstance(decoder, dict) else {}
         by_id = {t["id"]: c for c, t in self.added.items()}
-        by_id.update({i: c for c, i in self.vocab.items() if i not in by_id})
-        for key, entry in (decoder.items() if isinstance(decoder, dict) else ()):
+        named = {int(k) for k in decoder if str(k).isdigit()} - set(by_id)  # only the ids named: not all 128k
+        if named:
+            by_id.update({i: c for c, i in self.vocab.items() if i in named})
+        for key, entry in decoder.items():
             content = entry.get("content") if isinstance(entry, dict) else None
             if not str(key).isdigit() or content is None:
                 continue
@@ -324,10 +329,9 @@ class TokenizerEditor:
     @property
     def size(self) -> int:
         """One past the largest id the tokenizer can produce."""
-        ids = list(self.vocab.values()) + [t["id"] for t in self.added.values()]
-        if not ids:
+        if not self.vocab and not self.added:
             return self.tok.get_vocab_size(with_added_tokens=True)
-        return max(ids) + 1
+        return max(max(self.vocab.values(), default=-1), max((t["id"] for t in self.added.values()), default=-1)) + 1
 
     def has(self, piece: str) -> bool:
         """Whether `piece` is already a vocabulary entry or an added token."""
@@ -392,7 +396,7 @@ class TokenizerEditor:
                 spelled.setdefault(s, []).append(w)
         todo = {s for s in spelled if s not in self._held}
         if todo:
-            old = [p for p in self.vocab if p not in self.added and not BYTE_PIECE.fullmatch(p)]
+            old = text_pieces(self.vocab, self.added)
             self.remember_holders(todo, FormIndex(todo).holders(old))
         out: dict[str, list[str]] = {}
         for s, ws in spelled.items():
@@ -423,9 +427,10 @@ class TokenizerEditor:
         Raises:
             InputError: new ids inside the tokenizer, or an unsupported tokenizer family.
         """
-        start = self.size if first_id is None else first_id
-        if start < self.size:
-            raise InputError(f"new ids must start at or after {self.size}, the tokenizer's size; got {start}")
+        size = self.size  # one scan of the ids
+        start = size if first_id is None else first_id
+        if start < size:
+            raise InputError(f"new ids must start at or after {size}, the tokenizer's size; got {start}")
         new, skipped, notes = self._draft(words, special)
         chat = chat_samples(self.dir, self.config, self.as_loaded) if chat is None else chat
         self._corpus = resplit.Holders(resplit.corpus_words(corpus)) if corpus else None
@@ -476,7 +481,9 @@ class TokenizerEditor:
                     freed[i] = content
             else:
                 i = next(counter)
-            numbered.append(replace(t, id=i))
+            t = copy.copy(t)  # dataclasses.replace re-runs __init__: 20 ms for 2,000 entries
+            t.id = i
+            numbered.append(t)
         new, notes = numbered, list(notes)
         set_ignore = self.family is not None and self.family.needs_ignore_merges(new)
         why_as_written = ("model-specific classes rebuild it from vocab and merges and would drop ignore_merges"
@@ -535,7 +542,7 @@ class TokenizerEditor:
         """
         if not plan.new:
             return {}, {}, {}
-        tok = unpadded(Tokenizer.from_str(json.dumps(self.edited(plan))))
+        tok = unpadded(tokenizer_from_data(self.edited(plan), self._built))  # no JSON round trip (issue 38)
         failures: dict[str, str] = {}
         owner = {t.id: t.text for t in plan.new}
         self._check_resplits(plan, tok)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from .pieces import BYTE_PIECE, FormIndex
+from .pieces import FormIndex, text_pieces
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +24,7 @@ def split_risks(ed, words: list[str], spell: Callable[[str], str], extra: list[s
     """The new forms (" return") that are part of an existing token (or of one of `extra`), each
     with one such piece: an added token for such a form, matched anywhere, would split it."""
     # Byte-fallback pieces ("<0x52>") stand for one byte, not for their spelling: "52" is not inside "<0x52>".
-    old = [p for p in ed.vocab if p not in ed.added and not BYTE_PIECE.fullmatch(p)]
+    old = text_pieces(ed.vocab, ed.added)
     spelled = {spell(f): f for w in words for f in (w, " " + w)}
     found = FormIndex(set(spelled)).holders(old + list(extra))
     remember = getattr(ed, "remember_holders", None)
