@@ -185,10 +185,10 @@ def _revision(rev: str) -> Path:
     return root
 
 
-# the child of `time`: plan_tokens of the vocabsurgeon under sys.argv[2], timed in its own process
+# the child of `time`: plan_tokens of the vocabsurgeon under sys.argv[1] (its PYTHONPATH, with `python -P`: not the
+# working directory's), timed in its own process
 _CHILD = """
 import json, os, sys, time
-sys.path.insert(0, sys.argv[1])
 import vocabsurgeon
 assert vocabsurgeon.__file__.startswith(sys.argv[1]), vocabsurgeon.__file__
 from vocabsurgeon.add.plan import AddOptions, open_target, plan_tokens
@@ -201,8 +201,8 @@ plan = plan_tokens(target, words)
 print(json.dumps({"wall": time.perf_counter() - w, "cpu": time.process_time() - c, "load": load,
                   "entries": len(plan.tokens.new), "skipped": len(plan.tokens.skipped)}))
 """
-# the `add --dry-run` command of the vocabsurgeon under sys.argv[1]
-_COMMAND = ("import sys; root = sys.argv.pop(1); sys.path.insert(0, root); import vocabsurgeon; "
+# the `add --dry-run` command of the vocabsurgeon under sys.argv[1] (its PYTHONPATH, as above)
+_COMMAND = ("import sys; root = sys.argv.pop(1); import vocabsurgeon; "
             "assert vocabsurgeon.__file__.startswith(root); sys.argv[0] = 'vocabsurgeon'; "
             "from vocabsurgeon.cli.commands import main; main()")
 
@@ -227,13 +227,14 @@ def time_plans(base: str, rounds: int) -> dict:
         for name, src in ckpts.items():
             for version in order:
                 root = str(roots[version])
-                child = subprocess.run([sys.executable, "-c", _CHILD, root, str(src), str(lists[name])], cwd=here,
-                                       check=True, capture_output=True, text=True)
+                env = {**os.environ, "PYTHONPATH": root}
+                child = subprocess.run([sys.executable, "-P", "-c", _CHILD, root, str(src), str(lists[name])],
+                                       cwd=here, env=env, check=True, capture_output=True, text=True)
                 call = json.loads(child.stdout.strip().splitlines()[-1])
                 load = os.getloadavg()[0]
                 log = WORK / "plan-time.log"
-                cmd = [sys.executable, "-c", _COMMAND, root, "add", "--dry-run", "--json", "-q", "--tokens",
-                       str(lists[name]), str(src), str(WORK / "unused-out")]
+                cmd = ["env", f"PYTHONPATH={root}", sys.executable, "-P", "-c", _COMMAND, root, "add", "--dry-run",
+                       "--json", "-q", "--tokens", str(lists[name]), str(src), str(WORK / "unused-out")]
                 s = measure(cmd, log)
                 outputs[(version, name)] = log.read_bytes()
                 runs.append({"round": r + 1, "version": version, "checkpoint": name, "call": call,
