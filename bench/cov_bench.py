@@ -15,7 +15,9 @@
    covariance of the first 512 columns against float64 `np.cov` of those columns.
 2. **`add`.** On a generated checkpoint (`--add 1b`: Llama-3.2-1B shapes, 128,256 x 2048, untied, bf16,
    16 layers, 3.0 GB), `add --init mean --no-validate` and `add --init mean-noise --no-validate` of
-   1,000 words, each in its own process, interleaved, medians (`--repeats`).
+   1,000 words, and `mean-noise` again with `OPENBLAS_NUM_THREADS=1` (numpy's BLAS on one thread: on busy
+   cores its second thread spin-waits), each in its own process, interleaved, medians (`--repeats`) of
+   the wall and the CPU seconds (user + system) of each process.
 
 The load average is recorded before and after each timing: the machine is shared.
 """
@@ -110,25 +112,29 @@ def add_runs(size_name: str, work: Path, repeats: int) -> dict:
     tokens.write_text("\n".join(common.make_words(size.new_tokens, 1, common.known_words(src))) + "\n",
                       encoding="utf-8")
     out = work / "out-cov"
-    inits = ("mean", "mean-noise")
-    samples: dict[str, list] = {k: [] for k in inits}
+    runs = {"mean": ("mean", {}), "mean-noise": ("mean-noise", {}),
+            "mean-noise, OPENBLAS_NUM_THREADS=1": ("mean-noise", {"OPENBLAS_NUM_THREADS": "1"})}
+    samples: dict[str, list] = {k: [] for k in runs}
     loads = [load_avg()]
     for r in range(repeats):
-        for init in (inits if r % 2 == 0 else inits[::-1]):
+        for label in (list(runs) if r % 2 == 0 else list(runs)[::-1]):
+            init, env = runs[label]
             common.drop(out)
             os.sync()
             common.read_all(src)
             cmd = common.vocabsurgeon_command() + ["add", "--tokens", str(tokens), "--init", init, "--no-validate",
                                                    "--device", "cpu", "-q", str(src), str(out)]
-            s = common.measure(cmd, work / "cov-add.log")
-            samples[init].append(s)
+            s = common.measure(cmd, work / "cov-add.log", env={**os.environ, **env})
+            samples[label].append(s)
             loads.append(load_avg())
-            print(f"[{r + 1}/{repeats}] add --init {init}: {s.wall:.2f} s, {s.rss / 2**20:.0f} MiB", file=sys.stderr,
-                  flush=True)
+            print(f"[{r + 1}/{repeats}] add --init {label}: {s.wall:.2f} s, CPU {s.cpu:.2f} s, "
+                  f"{s.rss / 2**20:.0f} MiB, load {loads[-1]}", file=sys.stderr, flush=True)
     common.drop(out)
     return {"size": size_name, "shape": size, "bytes": common.du(src), "load": (min(loads), max(loads)),
             "wall": {k: statistics.median(s.wall for s in v) for k, v in samples.items()},
             "walls": {k: [round(s.wall, 2) for s in v] for k, v in samples.items()},
+            "cpu": {k: statistics.median(s.cpu for s in v) for k, v in samples.items()},
+            "cpus": {k: [round(s.cpu, 2) for s in v] for k, v in samples.items()},
             "rss": {k: statistics.median(s.rss for s in v) for k, v in samples.items()}}
 
 
@@ -168,11 +174,15 @@ def report_add(add: dict, argv: list[str]) -> str:
          f"vocab {s.vocab:,}, hidden {s.hidden}, {s.layers} layers, {common.gb(add['bytes'])}), "
          "`--no-validate --device cpu`, each in its own process, interleaved, page cache warm; "
          f"load average {_la(add['load'])}:", "",
-         "| init | wall (median) | all walls (s) | peak RSS (median) |", "|---|---:|---|---:|"]
+         "| init | wall (median) | all walls (s) | CPU s, user + system (median) | all CPU s | peak RSS (median) |",
+         "|---|---:|---|---:|---|---:|"]
     for k in add["wall"]:
-        L.append(f"| {k} | {add['wall'][k]:.2f} s | {', '.join(map(str, add['walls'][k]))} | "
-                 f"{common.gb(add['rss'][k])} |")
-    L += ["", f"mean-noise / mean: **{add['wall']['mean-noise'] / add['wall']['mean']:.2f}**"]
+        L.append(f"| {k} | {add['wall'][k]:.2f} s | {', '.join(map(str, add['walls'][k]))} | {add['cpu'][k]:.2f} | "
+                 f"{', '.join(map(str, add['cpus'][k]))} | {common.gb(add['rss'][k])} |")
+    w, c = add["wall"], add["cpu"]
+    one = "mean-noise, OPENBLAS_NUM_THREADS=1"
+    L += ["", f"mean-noise / mean: **{w['mean-noise'] / w['mean']:.2f}** (wall), {c['mean-noise'] / c['mean']:.2f} "
+          f"(CPU); with `OPENBLAS_NUM_THREADS=1`: {w[one] / w['mean']:.2f} (wall), {c[one] / c['mean']:.2f} (CPU)"]
     return "\n".join(L + ["", ADD_END])
 
 

@@ -148,6 +148,17 @@ def test_mean_noise_has_the_requested_covariance():
     np.testing.assert_allclose(np.cov(s.T), 0.5 * stats.cov, rtol=0.1, atol=0.02 * np.abs(stats.cov).max())
 
 
+def test_mean_noise_rows_from_a_factor_prepared_beforehand_are_the_same_bits():
+    # add factors eps * Sigma while the tokens are planned (Strategy.prepare), before the rows are asked for
+    stats = accumulate_stats([rng(7).standard_normal((200, 6)) + 3.0], cov=True)
+    strategy = get_strategy("mean-noise")
+    memo = strategy.prepare(stats, 0.3, "emb")
+    ahead = strategy.fn(InitContext(k=9, hidden=6, stats=stats, generator=rng(2), eps=0.3, memo=memo))
+    inline = strategy.fn(InitContext(k=9, hidden=6, stats=stats, generator=rng(2), eps=0.3))
+    assert np.array_equal(ahead, inline)
+    assert all(s.prepare is None for s in STRATEGIES.values() if not s.needs_cov)
+
+
 def test_seeded_strategies_are_deterministic():
     stats = accumulate_stats([rng(6).standard_normal((30, 5))], cov=True)
     for name in STRATEGIES:

@@ -27,7 +27,8 @@ T0 = time.perf_counter()
 import vocabsurgeon.add.surgery as surgery  # noqa: E402
 import vocabsurgeon.checkpoint.writer as writer  # noqa: E402
 
-STEPS = ("plan_tokens", "copy_old_bytes", "copy_file", "_all_new_rows", "write_rows", "_write_metadata_files",
+STEPS = ("plan_tokens", "copy_old_bytes", "copy_file", "row_stats", "_all_new_rows", "write_rows",
+         "_write_metadata_files",
          "_copy_other_files", "write_model_card", "verify_tokenizer", "_verify_rows", "_verify", "rows_kept")
 log: list[tuple[str, str, float, float]] = []
 

@@ -320,10 +320,18 @@ def mean(ctx: InitContext) -> np.ndarray:
     return np.tile(ctx.stats.mean, (ctx.k, 1))
 
 
+def prepare_mean_noise(stats: RowStats, eps: float, name: str = "matrix") -> dict:
+    """mean-noise's work shared by every block of one matrix (`InitContext.memo`): the factor of eps * Sigma,
+    an O(hidden^3) factorization. It needs the statistics and eps, not the tokens, so `add` computes it
+    beside the planning (`Strategy.prepare`)."""
+    factor, how = factor_covariance(stats.cov * eps)
+    logger.info("%s: covariance factored by %s", name, how)
+    return {"factor": factor}
+
+
 def mean_noise(ctx: InitContext) -> np.ndarray:
-    if "factor" not in ctx.memo:  # once per matrix, not per block: an O(hidden^3) factorization
-        ctx.memo["factor"], how = factor_covariance(ctx.stats.cov * ctx.eps)
-        logger.info("%s: covariance factored by %s", ctx.name, how)
+    if "factor" not in ctx.memo:  # once per matrix, not per block
+        ctx.memo.update(prepare_mean_noise(ctx.stats, ctx.eps, ctx.name))
     # Noise comes from the seeded CPU generator, so results do not depend on the device.
     z = ctx.generator.standard_normal((ctx.k, ctx.hidden))
     return ctx.stats.mean + z @ ctx.memo["factor"].T
@@ -359,6 +367,9 @@ class Strategy:
     constant: bool = False  # every row is the same: computed and encoded once, its bytes repeated
     needs_model: bool = False  # runs the model (fitted.fit_rows) before the rows are computed
     brief: str = ""  # `add --help`'s line (lines) for it; strategies with the same brief share one
+    # (stats, eps, name) -> the memo of its matrix (`InitContext.memo`): work that depends on the old rows'
+    # statistics and the options only, done once per matrix, before the tokens are known when `add` can
+    prepare: Callable[[RowStats, float, str], dict] | None = None
 
 
 STRATEGIES: dict[str, Strategy] = {
@@ -369,7 +380,7 @@ STRATEGIES: dict[str, Strategy] = {
                  constant=True, brief="mean of the old rows; KL(p_old||p_new) <= log(1 + k/n) (default)"),
         Strategy("mean-noise", mean_noise, True,
                  "N(mu, eps*Sigma), Sigma the old rows' covariance (Hewitt); rows differ, KL stays near the bound",
-                 brief="N(mu, eps*Sigma), Sigma the rows' covariance (GPU when present)"),
+                 brief="N(mu, eps*Sigma), Sigma the rows' covariance (GPU when present)", prepare=prepare_mean_noise),
         Strategy("subword-mean", subword_mean, False,
                  "the mean of the rows of the word's pieces under the original tokenizer (FVT)",
                  brief="mean of the rows of the word's pieces under the old tokenizer"),

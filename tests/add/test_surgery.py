@@ -89,6 +89,59 @@ def test_index_metadata_counts_the_new_parameters_as_transformers_does(llama_ckp
     assert meta["total_size"] == sum(p.numel() * p.element_size() for p in model.state_dict().values())
 
 
+def test_row_statistics_are_taken_while_the_tokens_are_planned(llama_ckpt, tmp_path, monkeypatch):
+    # The old rows' statistics (mean-noise's covariance and its factor: most of that init's time on a CPU)
+    # depend on the checkpoint and the options, not on the tokens: add takes them beside the planning.
+    import threading
+
+    from vocabsurgeon.add import surgery
+
+    taken, threads = threading.Event(), []
+    row_stats, plan_tokens = surgery.row_stats, surgery.plan_tokens
+
+    def stats(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        out = row_stats(*args, **kwargs)
+        taken.set()
+        return out
+
+    def plan(*args, **kwargs):
+        assert taken.wait(60), "no statistics were taken while the tokens were planned"
+        return plan_tokens(*args, **kwargs)
+
+    monkeypatch.setattr(surgery, "row_stats", stats)
+    monkeypatch.setattr(surgery, "plan_tokens", plan)
+    add_tokens(llama_ckpt, tmp_path / "out", WORDS, init="mean-noise", seed=3)
+    assert threads and threading.main_thread().name not in threads
+    check_surgery(llama_ckpt, tmp_path / "out", 2 * len(WORDS))
+
+
+def test_a_failed_job_stops_its_statistics_thread(llama_ckpt, tmp_path, monkeypatch):
+    import threading
+
+    from vocabsurgeon.add import surgery
+
+    started = threading.Event()
+
+    def stats(target, name, device, stop=None):  # a long statistics pass, stopped between chunks
+        started.set()
+        while not stop.wait(0.01):
+            pass
+        raise surgery._Cancelled
+
+    def plan(*args, **kwargs):
+        started.wait(60)
+        raise InputError("the plan failed")
+
+    monkeypatch.setattr(surgery, "row_stats", stats)
+    monkeypatch.setattr(surgery, "plan_tokens", plan)
+    with pytest.raises(InputError, match="the plan failed"):
+        add_tokens(llama_ckpt, tmp_path / "out", WORDS, init="mean-noise")
+    assert started.is_set()
+    assert not [t for t in threading.enumerate() if t.name == "vocabsurgeon-stats"]
+    assert not (tmp_path / "out").exists()
+
+
 def test_seed_makes_output_deterministic(gpt2_ckpt, tmp_path):
     a = add_tokens(gpt2_ckpt, tmp_path / "a", ["Frodo"], init="mean-noise", seed=7)
     b = add_tokens(gpt2_ckpt, tmp_path / "b", ["Frodo"], init="mean-noise", seed=7)

@@ -107,6 +107,15 @@ class Target:
     options: AddOptions
     source: Source | None = None  # where src came from (a Hub repo id and commit), for the model card
 
+    def strategy_for(self, name: str) -> str:
+        """The init strategy of one vocabulary tensor."""
+        lay = self.layout
+        if name in (lay.embedding, *lay.aliases):
+            return self.options.init_input
+        if name == lay.lm_head:
+            return self.options.init_input if lay.tied else self.options.init_output
+        return "mean"
+
     @property
     def vocab_files(self) -> list[str]:
         """Shard files that hold vocabulary tensors, in checkpoint order."""
@@ -158,13 +167,8 @@ class Plan:
                           f"{odd[0]['reason']} (see --dry-run for details)")
 
     def strategy_for(self, name: str) -> str:
-        """The init strategy of one vocabulary tensor."""
-        lay = self.layout
-        if name in (lay.embedding, *lay.aliases):
-            return self.options.init_input
-        if name == lay.lm_head:
-            return self.options.init_input if lay.tied else self.options.init_output
-        return "mean"
+        """The init strategy of one vocabulary tensor (`Target.strategy_for`)."""
+        return self.target.strategy_for(name)
 
     def to_dict(self) -> dict:
         lay = self.layout

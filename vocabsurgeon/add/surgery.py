@@ -29,7 +29,7 @@ from ..checkpoint.reader import FLOAT_DTYPES, Checkpoint, read_header, rows_kept
 from ..errors import InputError, VocabSurgeonError, WriteError
 from .modelcard import write_model_card
 from ..devices import resolve_device
-from ..init import InitContext, NewRows, accumulate_stats, get_strategy
+from ..init import InitContext, NewRows, RowStats, Strategy, accumulate_stats, get_strategy
 from ..checkpoint.filenames import CONFIG_NAME, INDEX_NAME, SLOW_TOKENIZER_FILES, TOKENIZER_CONFIG, TOKENIZER_FILE
 from ..tokenizer.editor import verify_tokenizer
 from ..checkpoint.writer import (
@@ -62,21 +62,109 @@ class AddResult:
         return d
 
 
-def _new_rows(plan: Plan, name: str, device, gen_seed: int, notes: dict, fitted: np.ndarray | None = None) -> NewRows:
-    """The appended rows of one vocabulary tensor, (k, row_size), produced block by block."""
+def _matrices(layout) -> list[str]:
+    """The vocabulary tensors whose new rows are computed; the others (aliases, a tied lm_head) repeat the
+    embedding's."""
+    return [n for n in layout.all_tensors if not (n in layout.aliases or (layout.tied and n == layout.lm_head))]
+
+
+def row_stats(target: Target, name: str, device, stop: threading.Event | None = None) -> tuple[RowStats, dict]:
+    """The old rows' statistics of vocabulary tensor `name` (a covariance when its strategy needs one), and
+    its strategy's work shared by all its new rows (`Strategy.prepare`: mean-noise's factor of the covariance).
+
+    A bias gets its mean only (a fitted bias, a masked-LM head's, too). Nothing here depends on the tokens:
+    `AddJob` runs it in a thread while the tokens are planned (`_StatsAhead`). `stop` set: stops between chunks.
+    """
+    ckpt = target.ckpt
+    strategy = _stats_strategy(target, name)
+    chunks = ckpt.stream_rows(name)
+    if stop is not None:
+        chunks = _until(stop, chunks)
+    stats = accumulate_stats(chunks, cov=strategy.needs_cov, device=device, name=name, strict=strategy.averages)
+    memo = strategy.prepare(stats, target.options.eps, name) if strategy.prepare is not None else {}
+    return stats, memo
+
+
+def _stats_strategy(target: Target, name: str) -> Strategy:
+    """The strategy whose statistics `name` needs: a bias's are its mean's, else its init's."""
+    return get_strategy("mean" if len(target.ckpt.tensors[name].shape) == 1 else target.strategy_for(name))
+
+
+def _until(stop: threading.Event, chunks):
+    for chunk in chunks:
+        if stop.is_set():
+            raise _Cancelled
+        yield chunk
+
+
+class _StatsAhead:
+    """`row_stats` of every computed vocabulary matrix, in a thread started when the job opens.
+
+    The statistics depend on the checkpoint and the options, not on the tokens, so they are computed while
+    the main thread plans the tokens (and the copy thread moves bytes), not after. For `mean` that hides one
+    read of each matrix; for `mean-noise` it hides the covariance and its factorization, two syrks of
+    128,256 x 2048 and two Cholesky factorizations on the 1B-class checkpoint, most of that init's cost on a
+    CPU (bench/RESULTS.md, "Covariance at GEMM speed"). The arithmetic is the same as in the main thread, so
+    the results are the same bits. Errors (a NaN row, no CUDA for --device cuda) are raised by `get`, in the
+    main thread, where the rows are asked for: where they were raised before.
+    """
+
+    def __init__(self, target: Target, interrupted: threading.Event):
+        self.target, self._interrupted = target, interrupted
+        self._names = _matrices(target.layout)
+        self._results: dict[str, tuple[RowStats, dict] | BaseException] = {}
+        self._ready = {n: threading.Event() for n in self._names}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="vocabsurgeon-stats", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        device = "cpu"  # only the covariance runs on a GPU
+        for name in self._names:
+            if self._stop.is_set():
+                break
+            try:
+                if _stats_strategy(self.target, name).needs_cov and device == "cpu":
+                    device = resolve_device(self.target.options.device)
+                self._results[name] = row_stats(self.target, name, device, self._stop)
+            except BaseException as e:  # handed to the main thread by get()
+                self._results[name] = e
+            finally:
+                self._ready[name].set()
+
+    def get(self, name: str) -> tuple[RowStats, dict]:
+        """`row_stats` of `name`, once computed (raising its error); raises KeyboardInterrupt on an interrupt."""
+        ready = self._ready.get(name)
+        if ready is None:
+            raise VocabSurgeonError(f"internal: no statistics for '{name}'; nothing was written")
+        while not ready.wait(0.1):  # polled: see _Worker.join
+            if self._interrupted.is_set():
+                raise KeyboardInterrupt
+        got = self._results[name]
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+    def close(self) -> None:
+        """Stop the thread (between chunks) and wait for it."""
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def _new_rows(plan: Plan, name: str, gen_seed: int, notes: dict, stats: tuple[RowStats, dict],
+              fitted: np.ndarray | None = None) -> NewRows:
+    """The appended rows of one vocabulary tensor, (k, row_size), produced block by block; `stats`: its
+    `row_stats`."""
     ckpt = plan.ckpt
     info = ckpt.tensors[name]
     if info.dtype not in FLOAT_DTYPES:
         raise InputError(f"tensor '{name}' has dtype {info.dtype}; vocabulary tensors must be floating point")
     k = len(plan.row_ids)  # rows to compute, in row_ids order
+    stats, memo = stats
     if len(info.shape) == 1 and fitted is None:  # a bias: the mean bias keeps the KL bound
-        stats = accumulate_stats(ckpt.stream_rows(name), cov=False, name=name)
         return NewRows.constant(stats.mean, k)
     # A bias with fitted entries: a masked-LM head's, lowered to keep the KL bound (fitted.mlm.bias_shrink)
     strategy = get_strategy("fitted" if len(info.shape) == 1 else plan.strategy_for(name))
-    stats = accumulate_stats(
-        ckpt.stream_rows(name), cov=strategy.needs_cov, device=device, name=name, strict=strategy.averages,
-    )
     if strategy.needs_model and fitted is None:
         raise VocabSurgeonError(f"internal: no fitted rows for '{name}'; nothing was written")
     n_tok = len(plan.tokens.new)
@@ -85,7 +173,7 @@ def _new_rows(plan: Plan, name: str, device, gen_seed: int, notes: dict, fitted:
         k=k, hidden=stats.mean.shape[0], stats=stats, generator=np.random.default_rng(gen_seed),
         eps=plan.options.eps, initializer_range=float(text_config(ckpt.config).get("initializer_range", 0.02)),
         pieces=pieces, rows_of=lambda ids: np.concatenate([ckpt.rows_np(name, i, i + 1) for i in ids]), name=name,
-        fitted=fitted,
+        fitted=fitted, memo=memo,
     )
     notes[name] = strategy.name
     # Padding rows (past the new tokens), never reachable from the tokenizer, hold the mean (keeps the KL bound).
@@ -133,6 +221,9 @@ class AddJob:
             # Bytes move in a second thread (in the kernel: copy_file_range releases the GIL) while
             # this one plans and computes: on two cores the planning costs almost nothing extra.
             self._copying = _Worker(self._copy_shards, interrupted=self._interrupted)
+            # And the old rows' statistics in a third (numpy and BLAS release the GIL): see _StatsAhead.
+            self._stats = _StatsAhead(target, self._interrupted)
+            self._stack.callback(self._stats.close)
         except BaseException:
             if not self._stack.__exit__(*sys.exc_info()):  # removes the staging directory
                 raise
@@ -239,7 +330,7 @@ class AddJob:
         ckpt, stage = plan.ckpt, self.stage
         notes: dict[str, str] = {}
         fit = _fit(plan, self.fit_progress)
-        grown = _all_new_rows(plan, notes, fit)
+        grown = _all_new_rows(plan, notes, self._stats.get, fit)
         fit_report = fit.report if fit is not None else None
         # Nothing below needs the shards' bytes: done while they are still being copied.
         _write_metadata_files(plan, stage, grown)
@@ -411,18 +502,19 @@ def _fit(plan: Plan, progress: Steps | None):
     return result
 
 
-def _all_new_rows(plan: Plan, notes: dict, fit=None) -> dict[str, GrownTensor]:
-    """New rows of every vocabulary tensor, encoded in its dtype (`fit`: the result of `_fit`)."""
+def _all_new_rows(plan: Plan, notes: dict, stats_of: Callable[[str], tuple[RowStats, dict]],
+                  fit=None) -> dict[str, GrownTensor]:
+    """New rows of every vocabulary tensor, encoded in its dtype (`stats_of(name)`: its `row_stats`; `fit`: the
+    result of `_fit`)."""
     ckpt, lay, opts = plan.ckpt, plan.layout, plan.options
     if not plan.row_ids:
         return {}
-    needs_cov = any(get_strategy(s).needs_cov for s in {opts.init_input, opts.init_output})
-    device = resolve_device(opts.device) if needs_cov else "cpu"  # only the covariance runs on a GPU
+    computed = set(_matrices(lay))
     grown: dict[str, GrownTensor] = {}
     base = None
     for i, name in enumerate(lay.all_tensors):
         info = ckpt.tensors[name]
-        if name in lay.aliases or (lay.tied and name == lay.lm_head):
+        if name not in computed:
             rows = base  # the same matrix stored under another name: identical rows
         else:
             fitted = None
@@ -430,7 +522,7 @@ def _all_new_rows(plan: Plan, notes: dict, fit=None) -> dict[str, GrownTensor]:
                 fitted = None if fit.bias is None else fit.bias[:, None]
             elif fit is not None:
                 fitted = fit.output_rows if (lay.tied or name == lay.lm_head) else fit.input_rows
-            rows = _new_rows(plan, name, device, opts.seed + i, notes, fitted)
+            rows = _new_rows(plan, name, opts.seed + i, notes, stats_of(name), fitted)
             if name == lay.embedding:
                 base = rows
         # Rows inside the old matrix (--reuse-reserved) are patched in place; the rest are appended.
