@@ -42,6 +42,7 @@ RUNS = {
     "mean": {"init": "mean"},
     "subword-mean": {"init": "subword-mean"},
     "fitted": {"init": "fitted", "fit-corpus": "corpus"},
+    "fitted, 5 output steps": {"init": "fitted", "fit-corpus": "corpus", "fit-output-steps": 5},
     "fitted, no corpus": {"init": "fitted"},
     "fitted --untie": {"init": "fitted", "untie": True, "fit-corpus": "corpus"},
 }
