@@ -280,3 +280,13 @@ def test_fitted_init_fits_the_contexts_the_merges_write_not_the_longest_match(tm
     assert windows and all(written(w) in new for w in windows)
     assert segmented_runs([1, 2, 3], [-1, 3], [FitToken("x", (1, 2))]) == [Run(0, 2, 0)]
     assert segmented_runs([1, 2, 3], [-1, 4], [FitToken("x", (1, 2))]) is None  # not the old ids joined: None
+
+
+def test_cli_fitted_fits_on_the_corpus_it_learned_from(tmp_path):
+    src = family_checkpoint(tmp_path / "ckpt", "byte-level")
+    r = CliRunner().invoke(cli, ["extend", "--corpus", str(CORPUS), "--new-tokens", "20", "--init", "fitted", "--json",
+                                 "--no-validate", "--device", "cpu", str(src), str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    contexts = json.loads(r.stdout)["fitted"]["contexts"]
+    assert contexts["source"] == "corpus" and contexts["name"] == CORPUS.name
+    assert contexts["runs"] == "the output tokenizer's"

@@ -9,6 +9,7 @@ full: docs/internals.md.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 import contextlib
 import logging
 import time
@@ -129,6 +130,7 @@ def _windows_of(paras: list[list[int]], found: list[list[Run]], prefix: list[int
     counts = [0] * len(tokens)
     out = []
     for ids, runs in zip(paras, found):
+        starts = [q.start for q in runs]  # in order: find_runs and segmented_runs go left to right
         covered = 0  # paragraph ids before this are in the last window taken
         for r in runs:
             if counts[r.j] >= per_token or r.start + r.length <= covered:
@@ -139,8 +141,8 @@ def _windows_of(paras: list[list[int]], found: list[list[Run]], prefix: list[int
                 continue
             w = Window(prefix + ids[start:end], [])
             if exact:  # the paragraph's own runs that the window holds whole (a word cut at its start stays pieces)
-                w.runs = [Run(q.start - start + len(prefix), q.length, q.j) for q in runs
-                          if q.start >= start and q.start + q.length <= end]
+                held = runs[bisect_left(starts, start):bisect_left(starts, end)]
+                w.runs = [Run(q.start - start + len(prefix), q.length, q.j) for q in held if q.start + q.length <= end]
             else:
                 w.runs = find_runs(w.old, tokens)
             out.append(w)
