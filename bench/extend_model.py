@@ -158,7 +158,7 @@ def table(rows: list[dict], model: str) -> str:
         tpb = f"{r['tokens_old'] / r['bytes']:.3f} -> {r['tokens_new'] / r['bytes']:.3f}"
         lines.append(f"| {r['model']} | {r['lang']} | {r['n']:,} | {r['init']} | {tpb} | x{r['ratio']:.3f} "
                      f"({r['bpb_old']:.3f}) "
-                     f"| {kl['mean']:.4f} / {kl['p99']:.3f} / {kl['max']:.3f} ({r['bound']:.4f}) | "
+                     f"| {kl['mean']:.3g} / {kl['p99']:.3g} / {kl['max']:.3g} ({r['bound']:.3g}) | "
                      f"{'yes' if r['within_limits'] else 'no'} | {r['seconds']:.0f} ({r['cpu_seconds']:.0f}) | "
                      f"{'-' if fit is None else f'{fit:.0f}'} | "
                      f"{r['peak_rss'] / 2**20:.0f} | {load} |")
