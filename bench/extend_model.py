@@ -15,7 +15,9 @@ learning corpus itself, the text a user has at hand). Then, in this process:
 - old-text KL(p_old || p_new) on validation's own corpus (the packaged English text, original tokenization),
   as validation's one-pass method computes it (the original's logits are the expanded model's first n),
   against the mean-init bound log(1 + k/n) and validation's limits (max of 0.05 / 0.5 and the bound).
-Rows accumulate in `--json` across invocations (by model, language, N, init).
+Rows accumulate in `--json` across invocations (by model, language, N, init). On a shared, loaded machine run
+it with `OMP_NUM_THREADS=1` (the children inherit it): two torch threads that wait for cores other processes
+hold cost ten times the CPU of one (bench/RESULTS.md, "extend on a real model").
 """
 
 from __future__ import annotations
