@@ -89,7 +89,9 @@ def corpus(lang: str) -> tuple[Path, list[str]]:
     held = [t for i, t in enumerate(texts) if not i % 10]
     WORK.mkdir(parents=True, exist_ok=True)
     path = WORK / f"{lang}.txt"
-    path.write_text("\n\n".join(learn), encoding="utf-8")
+    text = "\n\n".join(learn)
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:  # a run beside this one may be reading it
+        path.write_text(text, encoding="utf-8")
     return path, held
 
 

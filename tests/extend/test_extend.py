@@ -252,3 +252,43 @@ def test_suggest_points_to_extend_where_whole_words_cover_little(tmp_path):
     assert many.candidates >= 8 and "vocabsurgeon extend" in many.describe()
     few = suggest_tokens(src, CORPUS, top=1000, min_count=1)
     assert "vocabsurgeon extend" not in few.describe()
+
+
+def test_fitted_init_fits_the_contexts_the_merges_write_not_the_longest_match(tmp_path):
+    """The fitted init's corpus windows hold the new tokens that the edited tokenizer writes there: the longest
+    match that finds add's words would join pieces that the merges leave apart."""
+    from vocabsurgeon.fitted.causal import budget_windows
+    from vocabsurgeon.fitted.common import FitToken, Run, Window, find_runs, segmented_runs
+    from vocabsurgeon.runtime import load_tokenizer
+    from vocabsurgeon.tokenizer.encoding import unpadded
+
+    src = family_checkpoint(tmp_path / "ckpt", "byte-level")
+    plan = plan_extend(open_target(src, AddOptions(init="fitted")), ExtendOptions(CORPUS, 200))
+    tokens = [FitToken(t.form, tuple(t.pieces)) for t in plan.tokens.new]
+    far = 10**9  # Window.new_ids writes new token j as far + j: back to its id
+    ids_of = [t.id for t in plan.tokens.new]
+
+    def written(w: Window) -> list[int]:
+        return [ids_of[x - far] if x >= far else x for x in w.new_ids(far)]
+
+    texts = paragraphs(CORPUS)
+    old = encode_ids(plan.tokens.original, texts)
+    new = encode_ids(unpadded(Tokenizer.from_str(json.dumps(plan.editor.edited(plan.tokens)))), texts)
+    segmented = plan.fit_segment()(texts)
+    assert [written(Window(a, segmented_runs(a, s, tokens))) for a, s in zip(old, segmented)] == new
+    assert any(written(Window(a, find_runs(a, tokens))) != b for a, b in zip(old, new))  # why segment exists
+    windows, _ = budget_windows(CORPUS.read_text(encoding="utf-8"), load_tokenizer(src), [], tokens, 10**6, 1, None,
+                                plan.fit_segment())  # windows as long as a paragraph: each is one whole
+    assert windows and all(written(w) in new for w in windows)
+    assert segmented_runs([1, 2, 3], [-1, 3], [FitToken("x", (1, 2))]) == [Run(0, 2, 0)]
+    assert segmented_runs([1, 2, 3], [-1, 4], [FitToken("x", (1, 2))]) is None  # not the old ids joined: None
+
+
+def test_cli_fitted_fits_on_the_corpus_it_learned_from(tmp_path):
+    src = family_checkpoint(tmp_path / "ckpt", "byte-level")
+    r = CliRunner().invoke(cli, ["extend", "--corpus", str(CORPUS), "--new-tokens", "20", "--init", "fitted", "--json",
+                                 "--no-validate", "--device", "cpu", str(src), str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    contexts = json.loads(r.stdout)["fitted"]["contexts"]
+    assert contexts["source"] == "corpus" and contexts["name"] == CORPUS.name
+    assert contexts["runs"] == "the output tokenizer's"

@@ -166,6 +166,11 @@ class Plan:
         return InputError(f"nothing to add: {len(self.tokens.skipped)} token(s) skipped, e.g. {odd[0]['token']!r}: "
                           f"{odd[0]['reason']} (see --dry-run for details)")
 
+    def fit_segment(self):
+        """`FitOptions.segment` of the fitted init: None, as added words are matched longest first (`extend`'s
+        plan gives its merges' own segmentation)."""
+        return None
+
     def strategy_for(self, name: str) -> str:
         """The init strategy of one vocabulary tensor (`Target.strategy_for`)."""
         return self.target.strategy_for(name)

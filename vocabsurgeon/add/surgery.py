@@ -495,7 +495,7 @@ def _fit(plan: Plan, progress: Steps | None):
                     input_steps=opts.fit_steps, depth=opts.fit_depth,
                     output_steps=opts.fit_output_steps, l2=opts.fit_l2, seed=opts.seed,
                     output_start=opts.fit_prior or start, kl_limit=opts.fit_kl_limit, device=opts.device,
-                    dtype=opts.dtype)
+                    dtype=opts.dtype, segment=plan.fit_segment())
     tokens = [FitToken(t.form, tuple(t.pieces)) for t in plan.tokens.new]
     result = fit_rows(plan.src, tokens, roles, fo, progress)
     result.report["tied"] = lay.tied

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from tokenizers import Tokenizer
@@ -95,7 +96,8 @@ def extend_validate_push(src: str | os.PathLike, out: str | os.PathLike, options
     Args:
         src, out: as `add_tokens`.
         options: the corpus, how many new tokens and the --keep-text file (`ExtendOptions`).
-        add_options: the surgery's options (`AddOptions`: init, seed, device, ...; None: sub-word mean).
+        add_options: the surgery's options (`AddOptions`: init, seed, device, ...; None: sub-word mean). With
+            `--init fitted` and no fit corpus, the fit reads `options.corpus`.
         validation, push, revision, token, progress, on_plan, on_step: as `add.pipeline.add_validate_push`.
 
     Raises:
@@ -110,6 +112,11 @@ def extend_validate_push(src: str | os.PathLike, out: str | os.PathLike, options
     """
     options = options.check()
     add_options = (add_options or AddOptions(init="subword-mean")).check()
+    if add_options.fit_corpus is None and "fitted" in {add_options.init, add_options.init_input,
+                                                       add_options.init_output}:
+        # the new pieces' contexts are the corpus they were learned from, not contexts generated after prompts
+        # made for whole words ("The{}")
+        add_options = replace(add_options, fit_corpus=str(options.corpus))
     if validation is not None:
         validation.check()
     if push is not None:

@@ -115,6 +115,18 @@ class ExtendPlan(Plan):
 
     new_pieces = True  # the new tokens are sub-word pieces, not words: validation checks no word is one token
 
+    def fit_segment(self):
+        """The fitted init's segmentation of its corpus: the edited tokenizer's own ids (new token j as -1 - j).
+        The longest match of add's words gives other tokens where the merges leave pieces apart (on Russian,
+        `включает|ся` where the merges give `включ|ается`): contexts that the tokenizer never writes."""
+        tok = unpadded(Tokenizer.from_str(json.dumps(self.editor.edited(self.tokens))))
+        j_of = {t.id: j for j, t in enumerate(self.tokens.new)}
+
+        def segment(texts: list[str]) -> list[list[int]]:
+            return [[-1 - j_of[x] if x in j_of else x for x in ids] for ids in encode_ids(tok, texts)]
+
+        return segment
+
     def to_dict(self) -> dict:
         d = super().to_dict()
         lr, n = self.learned, max(1, self.corpus_bytes)

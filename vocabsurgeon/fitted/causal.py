@@ -9,6 +9,7 @@ full: docs/internals.md.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 import contextlib
 import logging
 import time
@@ -36,6 +37,7 @@ from .common import (  # noqa: F401  (FitResult, Run, find_runs: the fitting API
     output_prior,
     pad_batch,
     read_fit_corpus,
+    segmented_runs,
     subword_mean,
 )
 from ..kl import kl_added_mass, kl_bound, kl_figures, meets_limits
@@ -90,15 +92,26 @@ def word_windows(text: str, tok, prefix: list[int], tokens: list[FitToken], leng
 
 
 def budget_windows(text: str, tok, prefix: list[int], tokens: list[FitToken], length: int, per_token: int,
-                   budget: int | None) -> tuple[list[Window], int]:
+                   budget: int | None, segment=None) -> tuple[list[Window], int]:
     """`word_windows` with at most `budget` positions in all (None: no limit): the most windows per token,
     at most `per_token` and at least 1, whose windows fit; and that number. The model's pass over the
-    windows is most of a fit's time, and it grows with the words times the windows per word."""
-    paras = [list(ids) for ids in tok(paragraphs(text), add_special_tokens=False, padding=False, truncation=False,
-                                      verbose=False).input_ids] if text.strip() else []
-    found = [find_runs(ids, tokens) for ids in paras]
+    windows is most of a fit's time, and it grows with the words times the windows per word.
+
+    `segment` (`FitOptions.segment`): the output tokenizer's segmentation of the paragraphs; each window
+    then holds the new tokens that tokenizer writes there (`segmented_runs`), not the longest match."""
+    texts = paragraphs(text) if text.strip() else []
+    paras = [list(ids) for ids in tok(texts, add_special_tokens=False, padding=False, truncation=False,
+                                      verbose=False).input_ids] if texts else []
+    if segment is not None and paras:
+        found = [segmented_runs(ids, seg, tokens) for ids, seg in zip(paras, segment(texts))]
+        missed = sum(f is None for f in found)
+        if missed:  # the output's ids are not the old ones joined (never for `extend`'s merges): longest match
+            logger.info("%d of %d paragraph(s) of the fit corpus: new tokens found by longest match", missed, len(paras))
+        found = [find_runs(ids, tokens) if f is None else f for ids, f in zip(paras, found)]
+    else:
+        found = [find_runs(ids, tokens) for ids in paras]
     for per in range(per_token, 0, -1):
-        out = _windows_of(paras, found, prefix, tokens, length, per)
+        out = _windows_of(paras, found, prefix, tokens, length, per, exact=segment is not None)
         if budget is None or sum(len(w.old) for w in out) <= budget or per == 1:
             break
     _say_fewer("windows", per, per_token, len(tokens), budget)
@@ -111,12 +124,13 @@ def _say_fewer(what: str, per: int, most: int, k: int, budget: int | None) -> No
 
 
 def _windows_of(paras: list[list[int]], found: list[list[Run]], prefix: list[int], tokens: list[FitToken],
-                length: int, per_token: int) -> list[Window]:
+                length: int, per_token: int, exact: bool = False) -> list[Window]:
     span = max(2, length - len(prefix))
     after = span // 4
     counts = [0] * len(tokens)
     out = []
     for ids, runs in zip(paras, found):
+        starts = [q.start for q in runs]  # in order: find_runs and segmented_runs go left to right
         covered = 0  # paragraph ids before this are in the last window taken
         for r in runs:
             if counts[r.j] >= per_token or r.start + r.length <= covered:
@@ -126,7 +140,11 @@ def _windows_of(paras: list[list[int]], found: list[list[Run]], prefix: list[int
             if start > r.start:  # a word longer than the window: skip it
                 continue
             w = Window(prefix + ids[start:end], [])
-            w.runs = find_runs(w.old, tokens)
+            if exact:  # the paragraph's own runs that the window holds whole (a word cut at its start stays pieces)
+                held = runs[bisect_left(starts, start):bisect_left(starts, end)]
+                w.runs = [Run(q.start - start + len(prefix), q.length, q.j) for q in held if q.start + q.length <= end]
+            else:
+                w.runs = find_runs(w.old, tokens)
             out.append(w)
             covered = end
             for q in w.runs:
@@ -559,9 +577,10 @@ def _fit_loaded(m: _Model, src: Path, tok, tokens: list[FitToken], roles: set[st
     if opts.corpus is not None:
         text, sha = read_fit_corpus(opts.corpus)
         windows, per = budget_windows(text, tok, m.prefix, tokens, length, opts.contexts_per_word,
-                                      opts.context_budget)
+                                      opts.context_budget, opts.segment)
         report["contexts"] = {"source": "corpus", "name": Path(opts.corpus).name, "sha256": sha,
-                              "per_word": per, "budget_positions": opts.context_budget}
+                              "per_word": per, "budget_positions": opts.context_budget,
+                              "runs": "longest match" if opts.segment is None else "the output tokenizer's"}
     else:
         windows, per = generated_windows(m, tok, tokens, opts, say)
         report["contexts"] = {"source": "generated", "prompts_per_word": per, "generated_tokens": opts.generated_tokens,

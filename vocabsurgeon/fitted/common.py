@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -82,6 +83,10 @@ class FitOptions:
     dtype: str = "auto"  # what the model runs in (devices.DTYPES); the rows are fitted in float32/float64 anyway
     generated_tokens: int = 48  # generated contexts: tokens sampled after each prompt
     prompts_per_word: int = 4
+    # The output tokenizer's ids of each fit-corpus paragraph, new token j written as -1 - j (None: the new
+    # tokens are found by longest match, as added words match). `extend` passes it: its new tokens are pieces
+    # that merges make, and the longest match would give contexts the tokenizer never writes (`segmented_runs`).
+    segment: Callable[[list[str]], list[list[int]]] | None = None
 
 
 @dataclass
@@ -160,6 +165,26 @@ def find_runs(ids: list[int], tokens: list[FitToken]) -> list[Run]:
         else:
             i += 1
     return runs
+
+
+def segmented_runs(ids: list[int], segmented: list[int], tokens: list[FitToken]) -> list[Run] | None:
+    """The runs that turn old `ids` into `segmented` (the output tokenizer's ids of the same text, new token j
+    written as -1 - j): each new token takes its pieces where they stand. None where `segmented` is not `ids`
+    with runs of pieces joined (then the caller falls back to `find_runs`)."""
+    runs, i = [], 0
+    for x in segmented:
+        if x >= 0:
+            if i >= len(ids) or ids[i] != x:
+                return None
+            i += 1
+            continue
+        j = -1 - x
+        p = tokens[j].pieces
+        if not p or tuple(ids[i:i + len(p)]) != p:
+            return None
+        runs.append(Run(i, len(p), j))
+        i += len(p)
+    return runs if i == len(ids) else None
 
 
 def pad_batch(seqs: list[list[int]], pad: int, device):
