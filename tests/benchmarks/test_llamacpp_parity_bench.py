@@ -34,4 +34,9 @@ def test_one_family_is_measured_and_its_block_written_keeping_the_rest(tmp_path)
     text = results.read_text(encoding="utf-8")
     assert text.startswith("# Results\n\nprose\n\n") and text.endswith("\n\n## Later\nkept\n") and "\nold\n" not in text
     n = len(llamacpp_parity.texts(["Frodo", "Éowyn"]))
-    assert f"| gpt2 | {n}/{n} | {n}/{n} | {n}/{n} |" in text
+    row = next(line for line in text.splitlines() if line.startswith("| gpt2 |")).strip("|").split(" | ")
+    # input ids, output decodings and --gguf-parity's ids all alike; the default output's ids differ on texts with a
+    # word that is an entry only ignore_merges reaches (GPT-2's pre-tokenizer type has none in llama.cpp: issue 39)
+    _, input_ids, output_ids, decodings, _, only_ignore_merges, parity_ids, _ = (c.strip() for c in row)
+    assert input_ids == decodings == parity_ids == f"{n}/{n}", row
+    assert only_ignore_merges == "Frodo, Éowyn" and int(output_ids.split("/")[0]) < n, row
