@@ -99,9 +99,6 @@ def real_words(n: int = 50_000) -> list[str]:
 
 def _checkpoint(path: Path) -> Path:
     """A Llama-layout checkpoint with the 128,256-id byte-level BPE of bench/common.py and 8-wide rows."""
-    import numpy as np
-    from safetensors.numpy import save_file
-
     from bench.common import build_tokenizer
 
     if (path / "config.json").exists():
@@ -109,14 +106,22 @@ def _checkpoint(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     data = build_tokenizer(128_256, 256)
     (path / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
-    rows = 128_256
+    return _narrow_llama(path, 128_256)
+
+
+def _narrow_llama(path: Path, rows: int, **config) -> Path:
+    """Untied 8-wide embedding and lm_head of `rows` random rows, and a Llama config.json (plus `config`), at
+    `path` beside its tokenizer files."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
     rng = np.random.default_rng(0)
     save_file({"model.embed_tokens.weight": rng.standard_normal((rows, 8), dtype=np.float32),
                "lm_head.weight": rng.standard_normal((rows, 8), dtype=np.float32)},
               str(path / "model.safetensors"), metadata={"format": "pt"})
     (path / "config.json").write_text(json.dumps({
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": rows, "hidden_size": 8,
-        "tie_word_embeddings": False}))
+        **config, "tie_word_embeddings": False}))
     return path
 
 
@@ -146,9 +151,6 @@ def _llama3_checkpoint(path: Path) -> Path:
     8-wide rows: a config transformers loads, so that the plan renders the chat template as on the real model."""
     import shutil
 
-    import numpy as np
-    from safetensors.numpy import save_file
-
     from bench.common import fixture_module
 
     if (path / "config.json").exists():
@@ -157,16 +159,8 @@ def _llama3_checkpoint(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copyfile(files / f, path / f)
-    rows = 128_256
-    rng = np.random.default_rng(0)
-    save_file({"model.embed_tokens.weight": rng.standard_normal((rows, 8), dtype=np.float32),
-               "lm_head.weight": rng.standard_normal((rows, 8), dtype=np.float32)},
-              str(path / "model.safetensors"), metadata={"format": "pt"})
-    (path / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": rows, "hidden_size": 8,
-        "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2,
-        "head_dim": 4, "tie_word_embeddings": False}))
-    return path
+    return _narrow_llama(path, 128_256, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=2, head_dim=4)
 
 
 def _revision(rev: str) -> Path:

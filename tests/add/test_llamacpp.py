@@ -4,6 +4,7 @@ and decodes them alike, for the published tokenizer families whose input already
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
@@ -18,14 +19,9 @@ sys.path.insert(0, str(FIXTURES))
 import llamacpp  # noqa: E402
 from published import tiny_llama, tiny_mistral_as_published  # noqa: E402
 
-try:
-    import llama_cpp
-except ImportError as e:  # compiled on install: not every machine has it
-    llama_cpp, WHY = None, f"llama_cpp does not import ({e}); pip install llama-cpp-python==0.3.36"
-else:
-    WHY = ""
+llama_cpp = None if llamacpp.missing() else importlib.import_module("llama_cpp")
 
-pytestmark = [pytest.mark.llamacpp, pytest.mark.skipif(llama_cpp is None, reason=WHY)]
+pytestmark = [pytest.mark.llamacpp, pytest.mark.skipif(llama_cpp is None, reason=llamacpp.missing())]
 
 
 @pytest.fixture(autouse=True)
@@ -61,7 +57,7 @@ def test_llama_cpp_tokenizes_the_output_as_transformers_does(name, tmp_path):
     # the ids the input gave it: old text keeps its ids in both.
     byte_level = summary["tokenizer_family"] == "byte-level-bpe"
     entries = {a["token"] for a in summary["added"] if a["mechanism"] == "vocab" and byte_level}
-    reached = _pre_tokenizer_type(tmp_path / "out.gguf") == "llama-bpe"  # the published Llama 3 files: smaug-bpe
+    reached = llamacpp.pre_tokenizer_type(tmp_path / "out.gguf") == "llama-bpe"  # the published Llama 3 files: smaug-bpe
     texts = _texts([w for w in WORDS if reached or w not in entries])
     assert llamacpp.mismatches(tmp_path / "out", tmp_path / "out.gguf", texts) == []
     if entries and not reached:
@@ -88,11 +84,6 @@ def test_llama_cpp_generates_from_the_converted_output_of_add(tmp_path):
     generated = [t for _, t in zip(range(5), llm.generate(prompt, top_k=1, temp=0.0))]
     assert len(generated) == 5 and all(0 <= t < llm.n_vocab() for t in generated)
     assert llm.n_vocab() == summary["rows_after"]
-
-
-def _pre_tokenizer_type(gguf) -> str:
-    """The pre-tokenizer type llama.cpp's converter recognised (by the hash of the tokenizer's output on its text)."""
-    return bytes(llamacpp.reader(gguf).fields["tokenizer.ggml.pre"].parts[-1]).decode()
 
 
 def _ids_differ(checkpoint, gguf, texts: list[str]) -> set[str]:

@@ -9,22 +9,17 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-
-try:
-    import llama_cpp  # noqa: F401
-except ImportError as e:
-    WHY = f"llama_cpp does not import ({e}); pip install llama-cpp-python==0.3.36"
-else:
-    WHY = ""
+sys.path.insert(0, str(REPO / "fixtures"))
+import llamacpp  # noqa: E402
 
 
 @pytest.mark.llamacpp
-@pytest.mark.skipif(bool(WHY), reason=WHY)
+@pytest.mark.skipif(bool(llamacpp.missing()), reason=llamacpp.missing())
 @pytest.mark.slow  # two conversions, each imports torch and transformers in its own process: ~1 min on 2 loaded cores
 def test_one_family_is_measured_and_its_block_written_keeping_the_rest(tmp_path):
     from bench import llamacpp_parity
 
-    llamacpp_parity.llamacpp.fetch_or_skip()  # the converter, cached for the bench's process; no network: a skip
+    llamacpp.fetch_or_skip()  # the converter, cached for the bench's process; no network: a skip
     results = tmp_path / "RESULTS.md"
     results.write_text(f"# Results\n\nprose\n\n{llamacpp_parity.BEGIN}\nold\n{llamacpp_parity.END}\n\n## Later\nkept\n")
     proc = subprocess.run([sys.executable, "-m", "bench.llamacpp_parity", "--families", "gpt2", "--words", "Frodo", "Éowyn",

