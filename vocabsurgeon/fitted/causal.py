@@ -553,9 +553,18 @@ def shrink_to_limit(h, logz, W, M, b_new: float, limit_mean: float, limit_p99: f
     M are the mean-init rows: at a = 0 every position's KL is at most log(1 + k/n) (Jensen:
     exp(h . mean row) <= Z / n), so a = 0 meets any limit at or above that bound. KL need not be
     monotone in a, so bisection keeps an end that meets the limits (lo) and one that does not (hi).
+
+    The new logits are linear in a, h . (M + a (W - M)) = h . M + a h . (W - M): the two (positions, k)
+    products are taken once, and each of the ~30 steps is a log-sum-exp over them, not a product
+    (0.37 CPU s each at 1,000 positions x 8,000 rows x 576 in float64).
     """
+    import torch
+
+    base = h @ M.T + b_new  # (P, k)
+    slope = h @ (W - M).T  # (P, k)
+
     def kl_at(a: float):
-        return _kl_new(h, logz, M + a * (W - M), b_new).numpy()
+        return kl_added_mass(torch.add(base, slope, alpha=a).logsumexp(-1) - logz).numpy()
 
     def meets(kl) -> bool:
         return meets_limits(kl, limit_mean, limit_p99)
