@@ -121,8 +121,23 @@ def test_a_model_that_is_not_a_causal_lm_is_refused_before_writing(tmp_path):
 
 
 def test_extend_on_a_random_tiny_model_keeps_the_subword_mean_where_it_meets_the_limits(tmp_path):
-    # a = 1 where the plain sub-word mean already keeps old text: the rows are the sub-word mean
+    # a = 1 where the plain sub-word mean already keeps old text: the rows are the sub-word mean's
     src = family_checkpoint(tmp_path / "ckpt", "byte-level")
-    done = extend_validate_push(src, tmp_path / "out", ExtendOptions(FIXTURES / "corpus_lotr.txt", 20),
-                                validation=None)
+    learn = ExtendOptions(FIXTURES / "corpus_lotr.txt", 20)
+    done = extend_validate_push(src, tmp_path / "out", learn, validation=None)
+    extend_validate_push(src, tmp_path / "plain", learn, AddOptions(init="subword-mean"), validation=None)
     assert done.to_dict()["shrink"]["output"]["shrink"]["a"] == 1.0
+    name = done.result.plan.layout.embedding
+    assert np.allclose(_rows(tmp_path / "out", name), _rows(tmp_path / "plain", name), rtol=0, atol=1e-6)
+
+
+def test_untied_fitted_input_rows_beside_shrunk_output_rows(tmp_path):
+    src = FIXTURES / "llama-tiny"
+    fast = {"fit_steps": 4, "fit_contexts": 2, "fit_corpus": str(FIXTURES / "corpus_lotr.txt"), "device": "cpu"}
+    both = add_tokens(src, tmp_path / "both", LOTR, init_input="fitted", init_output="subword-mean-shrunk", **fast)
+    add_tokens(src, tmp_path / "shrunk", LOTR, init="subword-mean-shrunk", device="cpu")
+    d, lay = both.to_dict(), both.plan.layout
+    assert d["fitted"]["roles"] == ["input"] and d["shrink"]["roles"] == ["output"]
+    assert _rows(tmp_path / "both", lay.lm_head).tobytes() == _rows(tmp_path / "shrunk", lay.lm_head).tobytes()
+    n = Checkpoint.open(src).tensors[lay.embedding].shape[0]
+    assert not np.array_equal(_rows(tmp_path / "both", lay.embedding)[n:], _rows(tmp_path / "shrunk", lay.embedding)[n:])
