@@ -15,7 +15,9 @@ learning corpus itself, the text a user has at hand). Then, in this process:
 - old-text KL(p_old || p_new) on validation's own corpus (the packaged English text, original tokenization),
   as validation's one-pass method computes it (the original's logits are the expanded model's first n),
   against the mean-init bound log(1 + k/n) and validation's limits (max of 0.05 / 0.5 and the bound).
-Rows accumulate in `--json` across invocations (by model, language, N, init). On a shared, loaded machine run
+Rows accumulate in `--json` across invocations (by model, language, N, init); the `--results` block keeps the
+lines of rows that this machine has no JSON of (runs made elsewhere). For `subword-mean-shrunk` (extend's
+default) the init cell gives the shrink factor a and "of which the fit" the shrink's time. On a shared, loaded machine run
 it with `OMP_NUM_THREADS=1` (the children inherit it): two torch threads that wait for cores other processes
 hold cost ten times the CPU of one (bench/RESULTS.md, "extend on a real model").
 """
@@ -43,6 +45,7 @@ SCRATCH = common.WORK / "extend-model"
 RUNS = {
     "mean": {"init": "mean"},
     "subword-mean": {"init": "subword-mean"},
+    "subword-mean-shrunk": {"init": "subword-mean-shrunk"},  # extend's default since issue 40
     "fitted": {"init": "fitted", "fit-corpus": "corpus"},
     "fitted, 5 output steps": {"init": "fitted", "fit-corpus": "corpus", "fit-output-steps": 5},
     "fitted, no corpus": {"init": "fitted"},
@@ -117,7 +120,7 @@ def run(label: str, src: Path, corpus: Path, n: int, sample: list[str], args, ol
     kl = kl_figures(old_text_kl(out, old_tok, len(old_tok)))
     bound = kl_bound(k, len(old_tok))
     n_bytes = sum(len(p.encode()) for p in sample)
-    fitted = summary.get("fitted") or {}
+    fitted = summary.get("fitted") or summary.get("shrink") or {}  # the model's part: a fit, or the shrink
     fit_kl = (fitted.get("output") or {}).get("old_text_kl") or {}
     fit_seconds = {part: (fitted.get(part) or {}).get("seconds") for part in ("input", "output")}
     if not args.keep:
@@ -129,6 +132,7 @@ def run(label: str, src: Path, corpus: Path, n: int, sample: list[str], args, ol
             "within_limits": kl["mean"] <= max(MAX_KL_MEAN, bound) and kl["p99"] <= max(MAX_KL_P99, bound),
             "fit_old_text_kl": fit_kl or None, "fit_seconds": {"all": fitted.get("seconds"), **fit_seconds},
             "fit_contexts": fitted.get("contexts"),
+            "shrink": ((fitted.get("output") or {}).get("shrink") or {}).get("a") if "shrink" in summary else None,
             "seconds": round(sample_run.wall, 1), "cpu_seconds": round(sample_run.cpu or 0.0, 1),
             "peak_rss": sample_run.rss, "uptime_before": before, "uptime_after": after,
             "corpus_bytes": (summary.get("extend") or {}).get("corpus_bytes")}
@@ -138,7 +142,25 @@ def key(row: dict) -> tuple:
     return row["model"], row["lang"], row["n"], row["init"]
 
 
-def table(rows: list[dict], model: str) -> str:
+def kept_lines(results: Path, model: str) -> dict[tuple, str]:
+    """The table lines of `model`'s block in `results` by row key (model, language, N, init): the rows of runs
+    made elsewhere, whose JSON this machine lacks, stay in the block beside the rows run here."""
+    begin, end = markers(model)
+    text = results.read_text(encoding="utf-8") if results.exists() else ""
+    if begin not in text or end not in text:
+        return {}
+    out = {}
+    for line in text.split(begin, 1)[1].split(end, 1)[0].splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) > 4 and cells[0] == model and cells[3].split(" (a = ")[0] in RUNS:
+            out[(cells[0], cells[1], int(cells[2].replace(",", "")), cells[3].split(" (a = ")[0])] = line
+    return out
+
+
+def table(rows: list[dict], model: str, kept: dict[tuple, str] | None = None) -> str:
+    """The block's text: `rows` (run here) and the `kept` lines of other rows (`kept_lines`), in order."""
+    here = {key(r) for r in rows}
+    lines_of = {k: line for k, line in (kept or {}).items() if k not in here}
     rows = sorted(rows, key=lambda r: (r["lang"], r["n"], list(RUNS).index(r["init"])))
     first = rows[0]
     lines = [f"{real_model.MODELS[model].description}; `extend --no-validate` from the learning corpus of "
@@ -153,18 +175,22 @@ def table(rows: list[dict], model: str) -> str:
              "bits/byte) | old-text KL mean / p99 / max (bound) | within validation's limits | `extend` wall s (CPU s) "
              "| of which the fit s | peak RSS MB | load average |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    body = []
     for r in rows:
         kl = r["kl"]
         load = f"{common.load_average(r['uptime_before'])}-{common.load_average(r['uptime_after'])}"
         fit = (r.get("fit_seconds") or {}).get("all")
         tpb = f"{r['tokens_old'] / r['bytes']:.3f} -> {r['tokens_new'] / r['bytes']:.3f}"
-        lines.append(f"| {r['model']} | {r['lang']} | {r['n']:,} | {r['init']} | {tpb} | x{r['ratio']:.3f} "
+        init = r["init"] + (f" (a = {r['shrink']:.3g})" if r.get("shrink") is not None else "")
+        body.append((key(r), f"| {r['model']} | {r['lang']} | {r['n']:,} | {init} | {tpb} | x{r['ratio']:.3f} "
                      f"({r['bpb_old']:.3f}) "
                      f"| {kl['mean']:.3g} / {kl['p99']:.3g} / {kl['max']:.3g} ({r['bound']:.3g}) | "
                      f"{'yes' if r['within_limits'] else 'no'} | {r['seconds']:.0f} ({r['cpu_seconds']:.0f}) | "
                      f"{'-' if fit is None else f'{fit:.0f}'} | "
-                     f"{r['peak_rss'] / 2**20:.0f} | {load} |")
-    return "\n".join(lines)
+                     f"{r['peak_rss'] / 2**20:.0f} | {load} |"))
+    body += list(lines_of.items())
+    body.sort(key=lambda kv: (kv[0][1], kv[0][2], list(RUNS).index(kv[0][3])))
+    return "\n".join(lines + [line for _, line in body])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
             store.write_text(json.dumps(rows, indent=2))
             if args.results:
                 begin, end = markers(args.model)
-                text = table([r for r in rows if r["model"] == args.model], args.model)
+                text = table([r for r in rows if r["model"] == args.model], args.model,
+                             kept_lines(args.results, args.model))
                 common.write_block(args.results, f"{begin}\n{text}\n{end}", begin, end,
                                    heading=f"extend on a real model: bits per byte per init ({args.model}, issue 40)")
     return 0

@@ -215,7 +215,8 @@ def test_a_float32_sum_that_overflows_on_finite_rows_is_redone_in_float64(caplog
 def test_unknown_strategy_message():
     with pytest.raises(InputError) as e:
         get_strategy("magic")
-    assert str(e.value) == "unknown init strategy 'magic'; choose one of mean, mean-noise, subword-mean, fitted, zeros, random"
+    assert str(e.value) == ("unknown init strategy 'magic'; choose one of mean, mean-noise, subword-mean, "
+                          "subword-mean-shrunk, fitted, zeros, random")
 
 
 @settings(max_examples=30, deadline=None)

@@ -357,6 +357,12 @@ def fitted(ctx: InitContext) -> np.ndarray:
     return np.asarray(ctx.fitted[ctx.start:ctx.start + ctx.k], dtype=np.float64)
 
 
+def subword_mean_shrunk(ctx: InitContext) -> np.ndarray:
+    # Output rows (the shared row when tied) were shrunk beforehand by the model (fitted/shrunk.py); input rows of
+    # an untied model never touch old text and are the plain sub-word mean.
+    return subword_mean(ctx) if ctx.fitted is None else fitted(ctx)
+
+
 @dataclass(frozen=True)
 class Strategy:
     name: str
@@ -365,7 +371,8 @@ class Strategy:
     help: str
     averages: bool = True  # uses the old rows' values (so NaN/Inf rows are an error)
     constant: bool = False  # every row is the same: computed and encoded once, its bytes repeated
-    needs_model: bool = False  # runs the model (fitted.fit_rows) before the rows are computed
+    needs_model: bool = False  # runs the model (fitted.fit_rows, fitted.shrink_rows) before the rows are computed
+    model_roles: tuple[str, ...] = ("input", "output")  # with needs_model: the roles whose rows the model gives
     brief: str = ""  # `add --help`'s line (lines) for it; strategies with the same brief share one
     # (stats, eps, name) -> the memo of its matrix (`InitContext.memo`): work that depends on the old rows'
     # statistics and the options only, done once per matrix, before the tokens are known when `add` can
@@ -377,13 +384,19 @@ STRATEGIES: dict[str, Strategy] = {
     for s in (
         Strategy("mean", mean, False,
                  "the mean of the old rows; bounds KL(p_old||p_new) <= log(1 + k/n) for every prefix",
-                 constant=True, brief="mean of the old rows; KL(p_old||p_new) <= log(1 + k/n) (default)"),
+                 constant=True, brief="mean of the old rows; KL(p_old||p_new) <= log(1 + k/n)"),
         Strategy("mean-noise", mean_noise, True,
                  "N(mu, eps*Sigma), Sigma the old rows' covariance (Hewitt); rows differ, KL stays near the bound",
                  brief="N(mu, eps*Sigma), Sigma the rows' covariance (GPU when present)", prepare=prepare_mean_noise),
         Strategy("subword-mean", subword_mean, False,
                  "the mean of the rows of the word's pieces under the original tokenizer (FVT)",
                  brief="mean of the rows of the word's pieces under the old tokenizer"),
+        Strategy("subword-mean-shrunk", subword_mean_shrunk, False,
+                 "the sub-word mean, its output rows (the shared row when tied) shrunk toward the mean row until the "
+                 "held-out old-text KL meets fitted's limits (see fitted/shrunk.py); input rows the sub-word mean",
+                 needs_model=True, model_roles=("output",),
+                 brief="the sub-word mean, output rows shrunk toward the mean row\n"
+                       "until old text keeps its KL limit (runs the model once)"),
         Strategy("fitted", fitted, False,
                  "fitted from forward passes of the frozen model: output rows by a convex, KL-penalized fit "
                  "shrunk to the mean-init KL bound, input rows by distillation (see fitted/causal.py)", needs_model=True,
@@ -399,19 +412,27 @@ STRATEGIES: dict[str, Strategy] = {
 }
 
 
-def strategies_help(indent: str = "  ", width: int = 14) -> str:
-    """The strategies, one line each (`add --help`); those with the same brief share a line.
+def strategies_help(indent: str = "  ", width: int = 14, default: str = "mean") -> str:
+    """The strategies, one line each (`add --help`); those with the same brief share a line, the `default` one
+    says so, and a name longer than the column has its own line.
 
         >>> print(strategies_help().splitlines()[-1])
           zeros, random the transformers defaults; dangerous on some models
     """
     by_brief: dict[str, list[str]] = {}
     for s in STRATEGIES.values():
-        by_brief.setdefault(s.brief, []).append(s.name)
+        by_brief.setdefault(s.brief + (" (default)" if s.name == default else ""), []).append(s.name)
     lines = []
     for brief, names in by_brief.items():
         first, *more = brief.split("\n")
-        lines.append(f"{indent}{', '.join(names):<{width - 1}} {first}")
+        if first.endswith(" (default)") and more:  # the mark ends the brief's last line
+            first, more[-1] = first[:-len(" (default)")], more[-1] + " (default)"
+        label = ", ".join(names)
+        if len(label) >= width:
+            lines.append(f"{indent}{label}")
+            more = [first, *more]
+        else:
+            lines.append(f"{indent}{label:<{width - 1}} {first}")
         lines += [f"{indent}{'':<{width}}{line}" for line in more]
     return "\n".join(lines)
 

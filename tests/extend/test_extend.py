@@ -186,7 +186,7 @@ def test_cli_dry_run_json_learns_and_writes_nothing(tmp_path):
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert d["dry_run"] and d["extend"]["new_tokens"] == 30 and len(d["added"]) == 30
-    assert d["rows_after"] - d["rows_before"] == 30 and d["init"]["input"] == "subword-mean"
+    assert d["rows_after"] - d["rows_before"] == 30 and d["init"]["input"] == "subword-mean-shrunk"
     assert d["extend"]["tokens_per_byte"]["after"] < d["extend"]["tokens_per_byte"]["before"]
     assert not (tmp_path / "out").exists()
 
@@ -198,6 +198,7 @@ def test_cli_writes_validates_and_reports(tmp_path):
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert d["validation"]["passed"] and d["extend"]["new_tokens"] == 40
+    assert d["init"]["output"] == "subword-mean-shrunk" and d["shrink"]["output"]["shrink"]["a"] <= 1.0  # the default
     assert Checkpoint.open(tmp_path / "out").config["vocab_size"] == d["rows_after"]
     card = (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
     assert "40 sub-word tokens learned from `new_language.txt`" in card and "new word(s)" not in card

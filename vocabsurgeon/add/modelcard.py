@@ -197,6 +197,28 @@ def model_card_text(summary: dict, report: Report | dict | None = None, *, base_
     return _as_saved(_card_source(summary, report, base_card=base_card, plot=plot, tokens_file=tokens_file))
 
 
+def _shrink_section(summary: dict) -> list[str]:
+    """--init subword-mean-shrunk: the held-out old-text KL of the sub-word mean, the shrink factor, the KL after."""
+    f = summary.get("shrink")
+    if not f:
+        return []
+    o = f["output"]
+    kl, before, shrink = o["old_text_kl"], o["old_text_kl"]["before_shrink"], o["shrink"]
+    lines = ["### Sub-word mean, shrunk", "",
+             "New rows: the mean of the rows of each token's pieces under the original tokenizer; the output rows"
+             + (" (the shared rows: the embeddings are tied)" if f.get("tied") else "")
+             + " shrunk toward the mean row, mean + a (sub-word mean - mean), with the largest a that keeps the "
+             "old-text KL of held-out text within its limits.", "", "| | |", "|---|---|"]
+    if before.get("mean") is not None:
+        lines += [f"| old-text KL of the sub-word mean (held-out) | mean {before['mean']:.3g}, p99 {before['p99']:.3g}, "
+                  f"max {before['max']:.3g} nats |",
+                  f"| shrink toward the mean row | a = {shrink['a']:.3g} (limits: mean {shrink['limit_mean']:.3g}, "
+                  f"p99 {shrink['limit_p99']:.3g} nats) |",
+                  f"| old-text KL (held-out) | mean {kl['mean']:.3g}, p99 {kl['p99']:.3g}, max {kl['max']:.3g} nats; "
+                  f"bound log(1 + k/n) = {kl['bound']:.3g} |"]
+    return lines + [f"| time | {f.get('seconds')} s |", ""]
+
+
 def _fitted_section(summary: dict) -> list[str]:
     """--untie and --init fitted: the new output matrix, the method, the contexts and the measured figures."""
     lines = []
@@ -356,6 +378,7 @@ def _card_source(summary: dict, report: Report | dict | None = None, *, base_car
     if notes:
         lines += ["Notes:", ""] + [f"- {n}" for n in notes] + [""]
     lines += _fitted_section(summary)
+    lines += _shrink_section(summary)
     lines += _validation_section(as_report(report), plot)
     return f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines)
 

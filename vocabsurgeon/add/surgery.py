@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -52,11 +52,14 @@ class AddResult:
     copy_methods: dict[str, str] = field(default_factory=dict)
     init_notes: dict[str, str] = field(default_factory=dict)
     fitted: dict | None = None  # --init fitted: what was fitted, on what, and the measured figures
+    shrink: dict | None = None  # --init subword-mean-shrunk: the shrink factor, the limits, the held-out KL
 
     def to_dict(self) -> dict:
         d = self.plan.to_dict()
         if self.fitted is not None:
             d["fitted"] = self.fitted
+        if self.shrink is not None:
+            d["shrink"] = self.shrink
         d.update({"output": str(self.out), "seconds": round(self.seconds, 3), "bytes_written": self.bytes_written,
                   "copy_methods": self.copy_methods, "tool": f"vocabsurgeon {__version__}"})
         return d
@@ -165,7 +168,8 @@ def _new_rows(plan: Plan, name: str, gen_seed: int, notes: dict, stats: tuple[Ro
         return NewRows.constant(stats.mean, k)
     # A bias with fitted entries: a masked-LM head's, lowered to keep the KL bound (fitted.mlm.bias_shrink)
     strategy = get_strategy("fitted" if len(info.shape) == 1 else plan.strategy_for(name))
-    if strategy.needs_model and fitted is None:
+    role = "output" if (plan.layout.tied or name == plan.layout.lm_head) else "input"
+    if strategy.needs_model and fitted is None and role in strategy.model_roles:
         raise VocabSurgeonError(f"internal: no fitted rows for '{name}'; nothing was written")
     n_tok = len(plan.tokens.new)
     pieces = [t.pieces for t in plan.tokens.new] + [[]] * (k - n_tok)
@@ -330,14 +334,20 @@ class AddJob:
         ckpt, stage = plan.ckpt, self.stage
         notes: dict[str, str] = {}
         fit = _fit(plan, self.fit_progress)
-        grown = _all_new_rows(plan, notes, self._stats.get, fit)
+        shrunk = _shrink(plan, self.fit_progress)
         fit_report = fit.report if fit is not None else None
+        shrink_report = shrunk.report if shrunk is not None else None
+        if shrunk is not None:  # the output rows (the tied ones too) are the shrunk ones, input rows may be fitted
+            fit = replace(fit, output_rows=shrunk.output_rows) if fit is not None else shrunk
+        grown = _all_new_rows(plan, notes, self._stats.get, fit)
         # Nothing below needs the shards' bytes: done while they are still being copied.
         _write_metadata_files(plan, stage, grown)
         _copy_other_files(plan, stage)
         card = {**plan.to_dict(), "tool": f"vocabsurgeon {__version__}"}
         if fit_report is not None:
             card["fitted"] = fit_report
+        if shrink_report is not None:
+            card["shrink"] = shrink_report
         write_model_card(stage, card)
         if plan.tokens.new:
             self.verify_tokenizer(stage, plan)
@@ -364,7 +374,7 @@ class AddJob:
         seconds = time.perf_counter() - self._t0
         logger.info("wrote %s in %.2f s", self.out, seconds)
         self._finished = True
-        return AddResult(self.out, plan, seconds, written, dict(self._methods), notes, fit_report)
+        return AddResult(self.out, plan, seconds, written, dict(self._methods), notes, fit_report, shrink_report)
 
 
 @contextlib.contextmanager
@@ -472,6 +482,16 @@ class _Worker(threading.Thread):
             super().join(timeout)
 
 
+def _model_roles(plan: Plan, method: str) -> set[str]:
+    """The roles whose rows `method` (an init that runs the model) gives: {"output"} on a tied model (one row
+    plays both roles), else each role whose init it is and that it gives rows for (`Strategy.model_roles`)."""
+    opts = plan.options
+    s = get_strategy(method)
+    roles = {r for r, init in (("input", opts.init_input), ("output", opts.init_output))
+             if init == method and r in s.model_roles}
+    return ({"output"} if roles else set()) if plan.layout.tied else roles
+
+
 def _fit(plan: Plan, progress: Steps | None):
     """Run `fitted.fit_rows` once when a matrix is initialized `fitted`; None otherwise.
 
@@ -479,18 +499,15 @@ def _fit(plan: Plan, progress: Steps | None):
     (one row plays both roles): the output fit only; its pull toward the sub-word mean keeps the
     row readable as an input.
     """
-    opts, lay = plan.options, plan.layout
-    if not plan.tokens.new or not any(get_strategy(s).needs_model for s in {opts.init_input, opts.init_output}):
+    opts = plan.options
+    roles = _model_roles(plan, "fitted")
+    if not plan.tokens.new or not roles:
         return None
     from ..fitted import FitOptions, FitToken, fit_rows
 
     # The output prior is the sub-word mean, tied or not: better bits per byte than the mean row (bench/RESULTS.md),
     # and the shrink keeps the KL bound either way.
     start = "subword-mean"
-    if lay.tied:
-        roles = {"output"}
-    else:
-        roles = {r for r, s in (("input", opts.init_input), ("output", opts.init_output)) if get_strategy(s).needs_model}
     fo = FitOptions(corpus=opts.fit_corpus, contexts_per_word=opts.fit_contexts, context_tokens=opts.fit_context_tokens,
                     input_steps=opts.fit_steps, depth=opts.fit_depth,
                     output_steps=opts.fit_output_steps, l2=opts.fit_l2, seed=opts.seed,
@@ -498,7 +515,21 @@ def _fit(plan: Plan, progress: Steps | None):
                     dtype=opts.dtype, segment=plan.fit_segment())
     tokens = [FitToken(t.form, tuple(t.pieces)) for t in plan.tokens.new]
     result = fit_rows(plan.src, tokens, roles, fo, progress)
-    result.report["tied"] = lay.tied
+    result.report["tied"] = plan.layout.tied
+    return result
+
+
+def _shrink(plan: Plan, progress: Steps | None):
+    """Run `fitted.shrink_rows` once when the output rows (the shared ones when tied) are initialized
+    `subword-mean-shrunk`; None otherwise. Input rows of an untied model stay the plain sub-word mean."""
+    opts = plan.options
+    if not plan.tokens.new or not _model_roles(plan, "subword-mean-shrunk"):
+        return None
+    from ..fitted import FitOptions, FitToken, shrink_rows
+
+    fo = FitOptions(kl_limit=opts.fit_kl_limit, seed=opts.seed, device=opts.device, dtype=opts.dtype)
+    result = shrink_rows(plan.src, [FitToken(t.form, tuple(t.pieces)) for t in plan.tokens.new], fo, progress)
+    result.report["tied"] = plan.layout.tied
     return result
 
 

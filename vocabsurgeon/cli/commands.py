@@ -22,7 +22,7 @@ from ..explore.compare import DEFAULT_K
 from ..init import DEFAULT_EPS, MAX_SEED
 from ..explore.inspection import INSPECT_MAX_TOKENS
 from ..explore.suggest import DEFAULT_MIN_COUNT, DEFAULT_TOP
-from ..extend import DEFAULT_MIN_COUNT as DEFAULT_EXTEND_MIN_COUNT
+from ..extend import DEFAULT_INIT as EXTEND_INIT, DEFAULT_MIN_COUNT as DEFAULT_EXTEND_MIN_COUNT
 from .options import (
     CREATE_PR_OPTION, HF_TOKEN_HELP, PRIVATE_OPTION, STRATEGY_CHOICE, check_plot_dir, check_plot_here, common_options,
     dtype_option,
@@ -96,16 +96,19 @@ def _extend_validation_options(fn):
     return validation_options(fn, corpus_flag="--validate-corpus")
 
 
-def _strategies_in_help(fn):
-    """`add --help` lists the init strategies from their records (`init.STRATEGIES`)."""
+def _strategies_in_help(default: str):
+    """`add --help` lists the init strategies from their records (`init.STRATEGIES`), `default` marked."""
     from ..init import strategies_help
 
-    fn.__doc__ = fn.__doc__.replace("    {strategies}", strategies_help(indent="      "))
-    return fn
+    def put(fn):
+        fn.__doc__ = fn.__doc__.replace("    {strategies}", strategies_help(indent="      ", default=default))
+        return fn
+
+    return put
 
 
 @cli.command("add")
-@_strategies_in_help
+@_strategies_in_help("mean")
 @click.argument("src", type=click.Path(file_okay=False, path_type=str))
 @click.argument("out", type=click.Path(path_type=str))
 @click.option("--tokens", "tokens_file", type=click.Path(dir_okay=False, path_type=str),
@@ -493,7 +496,7 @@ def trim_command(ctx, src, out, corpus, vocab_size, min_count, keep_file, pad_to
 
 
 @cli.command("extend")
-@_strategies_in_help
+@_strategies_in_help(EXTEND_INIT)
 @click.argument("src", type=click.Path(file_okay=False, path_type=str))
 @click.argument("out", type=click.Path(path_type=str))
 @click.option("--corpus", required=True, type=click.Path(dir_okay=False, path_type=str),
@@ -504,7 +507,7 @@ def trim_command(ctx, src, out, corpus, vocab_size, min_count, keep_file, pad_to
               help="UTF-8 text that must keep its tokens (e.g. the model's own language): no new merge may change it.")
 @click.option("--min-count", default=DEFAULT_EXTEND_MIN_COUNT, show_default=True, type=click.IntRange(min=1),
               help="A new merge's pair must occur at least this often in the corpus.")
-@click.option("--init", default="subword-mean", show_default=True, type=STRATEGY_CHOICE,
+@click.option("--init", default=EXTEND_INIT, show_default=True, type=STRATEGY_CHOICE,
               help="Init strategy of the new rows of every matrix.")
 @click.option("--init-input", type=STRATEGY_CHOICE, help="Init of the input embedding (untied models).")
 @click.option("--init-output", type=STRATEGY_CHOICE, help="Init of the output matrix / lm_head (untied models).")

@@ -233,9 +233,9 @@ def fit_options(fn):
                      help="--init fitted: weight of the L2 pull of the fitted output rows toward their start "
                           "(logit units). Default: 0.3 (a masked-LM head: 0.1, toward the distilled input rows)."),
         click.option("--fit-kl-limit", type=click.FloatRange(min=0),
-                     help="--init fitted: the held-out old-text KL mean (nats) the fitted output rows are shrunk "
-                          "toward the mean row to keep (a masked-LM head: its fitted new bias entries are lowered). "
-                          "Default: the mean-init bound log(1 + k/n)."),
+                     help="--init fitted and subword-mean-shrunk: the held-out old-text KL mean (nats) the new "
+                          "output rows are shrunk toward the mean row to keep (a masked-LM head: its fitted new bias "
+                          "entries are lowered). Default: the mean-init bound log(1 + k/n)."),
     ]):
         fn = decorator(fn)
     return fn

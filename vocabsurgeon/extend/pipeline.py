@@ -1,8 +1,9 @@
 """The `extend` pipeline as a library call: learn the merges, then `add`'s surgery, validation, card and push.
 
 The shards start copying while the corpus is counted and the merges learned (`add.surgery.AddJob`); the
-new rows are `add`'s (`--init`, sub-word mean from the pieces the old merges give each new piece), and
-so are the writer, the re-read of every tensor, the validation and the push.
+new rows are `add`'s (`--init`; `DEFAULT_INIT`: the sub-word mean from the pieces the old merges give each new
+piece, its output rows shrunk until old text keeps its KL limits), and so are the writer, the re-read of every
+tensor, the validation and the push.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..add.surgery import AddJob, AddResult
 from ..checkpoint.filenames import TOKENIZER_FILE
 from ..errors import VocabSurgeonError
 from ..progress import SILENT, Progress
+from . import DEFAULT_INIT
 from ..tokenizer.encoding import encode_ids, unpadded
 from .plan import PACKAGED_CORPUS, ExtendOptions, ExtendPlan, paragraphs, plan_extend
 from ..trim.tokenizer import merge_parts
@@ -96,7 +98,8 @@ def extend_validate_push(src: str | os.PathLike, out: str | os.PathLike, options
     Args:
         src, out: as `add_tokens`.
         options: the corpus, how many new tokens and the --keep-text file (`ExtendOptions`).
-        add_options: the surgery's options (`AddOptions`: init, seed, device, ...; None: sub-word mean). With
+        add_options: the surgery's options (`AddOptions`: init, seed, device, ...; None: `DEFAULT_INIT`, the
+            sub-word mean with its output rows shrunk to keep old text). With
             `--init fitted` and no fit corpus, the fit reads `options.corpus`.
         validation, push, revision, token, progress, on_plan, on_step: as `add.pipeline.add_validate_push`.
 
@@ -111,7 +114,7 @@ def extend_validate_push(src: str | os.PathLike, out: str | os.PathLike, options
         >>> done.to_dict()["extend"]["tokens_per_byte"]  # doctest: +SKIP
     """
     options = options.check()
-    add_options = (add_options or AddOptions(init="subword-mean")).check()
+    add_options = (add_options or AddOptions(init=DEFAULT_INIT)).check()
     if add_options.fit_corpus is None and "fitted" in {add_options.init, add_options.init_input,
                                                        add_options.init_output}:
         # the new pieces' contexts are the corpus they were learned from, not contexts generated after prompts

@@ -3,6 +3,7 @@
 One entry, `fit_rows`, picks the fit for the model's kind: `causal` (distilled input rows, convex new-logit
 output rows) or `encoder` (distilled input rows; `mlm` fits a masked-LM head's rows). Both keep the held-out
 old-text KL within its limit (`vocabsurgeon.kl`). The method: docs/init.md and docs/internals.md.
+`shrink_rows` keeps only that last step, on the sub-word mean (`--init subword-mean-shrunk`, shrunk.py).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from ..progress import Steps
 from ..runtime import ModelKind, model_kind
 from .common import OUTPUT_STARTS, FitOptions, FitResult, FitToken
 
-__all__ = ["fit_rows", "check_kind", "FitOptions", "FitResult", "FitToken"]
+__all__ = ["fit_rows", "shrink_rows", "check_kind", "FitOptions", "FitResult", "FitToken"]
 
 
 def fit_rows(src: str | Path, tokens: list[FitToken], roles: set[str], options: FitOptions | None = None,
@@ -60,6 +61,44 @@ def fit_rows(src: str | Path, tokens: list[FitToken], roles: set[str], options: 
     from .encoder import fit_encoder_rows
 
     return fit_encoder_rows(src, kind, tokens, roles, opts, say)
+
+
+def shrink_rows(src: str | Path, tokens: list[FitToken], options: FitOptions | None = None,
+                progress: Steps | None = None) -> FitResult:
+    """The output rows of `--init subword-mean-shrunk` for `tokens` on the causal LM at `src` (the original):
+    each token's mean of its pieces' output rows, shrunk toward the mean row until the held-out old-text KL
+    meets fitted's limits (the mean-init bound, or `options.kl_limit`; see `fitted.shrunk`).
+
+    Args:
+        src: the original checkpoint directory, a causal LM transformers can build.
+        tokens: the new tokens, in row order; a token without pieces starts from the mean row.
+        options: `FitOptions` (kl_limit, old_text_tokens, batch_size, device, dtype are read).
+        progress: called with (stage, done, total).
+
+    Returns:
+        FitResult with (k, hidden) float64 output rows and a report (the shrink factor a, the limits, the
+        held-out old-text KL before and after the shrink).
+
+    Raises:
+        InputError: the model is not a causal LM, cannot be loaded, or its logits are not hidden . lm_head.
+
+    Example:
+        >>> r = shrink_rows("fixtures/gpt2-tiny", [FitToken(" Frodo", (1, 2))])  # doctest: +SKIP
+        >>> r.report["output"]["shrink"]["a"]  # doctest: +SKIP
+        1.0
+    """
+    opts = options or FitOptions()
+    if opts.kl_limit is not None and not (math.isfinite(opts.kl_limit) and opts.kl_limit >= 0):
+        raise InputError(f"--fit-kl-limit {opts.kl_limit}: must be a finite number of nats >= 0")
+    src = Path(src)
+    kind = model_kind(src)
+    if kind.task != "causal":
+        what = kind.reason or f"{kind.class_name} is not a causal language model"
+        raise InputError(f"{src}: --init subword-mean-shrunk measures the old-text KL of a causal language model; "
+                         f"{what}: use --init subword-mean (or mean)")
+    from .shrunk import shrink_subword_rows
+
+    return shrink_subword_rows(src, kind, tokens, opts, progress or (lambda stage, done, total: None))
 
 
 def check_kind(src: Path) -> ModelKind:
