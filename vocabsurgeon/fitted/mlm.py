@@ -17,6 +17,7 @@ import numpy as np
 from .common import (ENCODER_WINDOW, FIT_KL_P99, FitOptions, FitResult, FitToken, Window, bisect, lbfgs,
                      new_token_embeds, output_prior, pad_batch)
 from ..kl import kl_added_mass, kl_bound, kl_figures, meets_limits
+from .newlogit import added_mass, word_evidence
 from ..progress import Steps
 from ..runtime import encode, paragraphs, read_corpus, special_ends
 
@@ -242,7 +243,8 @@ def fit_head_rows(masked: MaskedData, old_t, old_logz, prior, b0, l2: float, old
     `old_logz`; `old_weight` a number or one per position): convex in (W, b) (a
     log-sum-exp of affine functions minus a linear term), minimized by L-BFGS from (prior, b0).
     `scale` (mean squared coordinate of t times hidden) puts the row's L2 in logit units, as the
-    causal output fit does. Float64 on the CPU.
+    causal output fit does. Float64 on the CPU; each evaluation runs over the positions in chunks
+    (`newlogit.added_mass`), never a (positions, k) matrix.
 
     Returns:
         (W float64, b float64, objective evaluations)
@@ -260,14 +262,12 @@ def fit_head_rows(masked: MaskedData, old_t, old_logz, prior, b0, l2: float, old
     b0 = torch.as_tensor(b0, dtype=torch.float64)
     W = prior.clone().requires_grad_(True)
     b = b0.clone().requires_grad_(fit_bias)
-    rows = torch.arange(len(j))
+    A, c = word_evidence(t, torch.arange(len(j)), j, q, W.shape[0])  # the linear term: (W * A).sum() + (b * c).sum()
 
     def objective():
-        s = t @ W.T + b  # (Q, k)
-        obj = kl_added_mass(s.logsumexp(-1) - logz).sum() - (q * s[rows, j]).sum()
+        obj = added_mass(t, logz, W, b) - (W * A).sum() - (b * c).sum()
         if ot.numel():
-            so = ot @ W.T + b
-            obj = obj + (ow * kl_added_mass(so.logsumexp(-1) - oz)).sum()
+            obj = obj + added_mass(ot, oz, W, b, ow)
         return obj + 0.5 * lam * ((W - prior) ** 2).sum() + 0.5 * l2 * ((b - b0) ** 2).sum()
 
     calls = lbfgs([W, b] if fit_bias else [W], objective, steps if len(j) else 0, say, "masked-LM head")
