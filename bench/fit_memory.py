@@ -12,7 +12,7 @@ the fit (torch and the inputs) and the fit's wall and CPU seconds per objective 
 the rows of `before` and `after` fitted on the same inputs (max relative difference).
 
 The code before kept several (P, k) float64 matrices through autograd: at P = 36,000 about 12.5 GiB, over
-bench/README's limit for one process on this shared machine, so `before` runs at a quarter and an eighth of
+what one process may take on this shared machine (about 5 GB), so `before` runs at a quarter and an eighth of
 the positions by default (its memory grows with P; `--before-sizes` to change).
 """
 
@@ -122,7 +122,8 @@ def table(rows: list[dict], rev: str, k: int, hidden: int, work: Path) -> str:
             "figure of the solver's memory and time, not of the rows' quality. Peak RSS: the child's (GNU time), "
             "torch and the inputs included (RSS before the fit beside it); s / evaluation: the fit's wall and CPU "
             "seconds over its objective evaluations. rows vs before: max |difference| / max |row| of the rows "
-            f"fitted on the same inputs. Machine: {machine_line()}.")
+            "fitted on the same inputs. `before` is not run at 36,000 positions: about 12 GiB there, over what one "
+            f"process may take on this shared machine. Machine: {machine_line()}.")
     lines = [BEGIN, "", head, "",
              "| code | positions P | L-BFGS iterations | peak RSS | RSS before the fit | evaluations | "
              "s / evaluation, wall (CPU) | rows vs before | load average |", "|---|---|---|---|---|---|---|---|---|"]
