@@ -9,7 +9,7 @@ from torch.overrides import TorchFunctionMode
 
 from vocabsurgeon.fitted.causal import _OutputData, fit_output_rows
 from vocabsurgeon.fitted.common import lbfgs
-from vocabsurgeon.fitted.mlm import MaskedData, fit_head_rows
+from vocabsurgeon.fitted.mlm import MaskedData, fit_head_rows, new_token_figures
 from vocabsurgeon.fitted.newlogit import added_mass, chunk_rows, word_evidence
 from vocabsurgeon.kl import kl_added_mass
 
@@ -168,6 +168,23 @@ def test_head_rows_after_lbfgs_steps_equal_the_whole_matrix_fit(old_weight):
     assert calls == want_calls
     torch.testing.assert_close(W, want_W, rtol=1e-9, atol=1e-9)
     torch.testing.assert_close(b, want_b, rtol=1e-9, atol=1e-9)
+
+
+def test_head_figures_in_chunks_equal_the_whole_matrix():
+    t, logz, W, _ = _inputs(torch.float64, 5, 40, 6)
+    j = torch.arange(40) % 6
+    b = torch.linspace(-1, 1, 6, dtype=torch.float64)
+    top = logz - 2.0 + torch.linspace(-3, 3, 40, dtype=torch.float64)  # the old tokens' best logit: some above
+    masked = MaskedData(t, logz, top, j, torch.ones(40, dtype=torch.float64))
+    s = t @ W.T + b  # the figures as computed before: one (Q, k) matrix
+    mine = s[torch.arange(40), j]
+    lp = mine - torch.logaddexp(logz, s.logsumexp(-1))
+    share = float((mine >= torch.maximum(s.max(-1).values, top)).double().mean())
+    assert 0 < share < 1
+    got = new_token_figures(masked, W, b, budget=_budget(7, torch.float64, 6))
+    assert got["positions"] == 40 and got["top1"] == share
+    assert got["p_mean"] == pytest.approx(float(lp.exp().mean()), rel=1e-12)
+    assert got["logp_mean"] == pytest.approx(float(lp.mean()), rel=1e-12)
 
 
 # ------------------------------------------------------------------ memory

@@ -17,7 +17,7 @@ import numpy as np
 from .common import (ENCODER_WINDOW, FIT_KL_P99, FitOptions, FitResult, FitToken, Window, bisect, lbfgs,
                      new_token_embeds, output_prior, pad_batch)
 from ..kl import kl_added_mass, kl_bound, kl_figures, meets_limits
-from .newlogit import added_mass, word_evidence
+from .newlogit import CHUNK_BYTES, added_mass, chunk_rows, word_evidence
 from ..progress import Steps
 from ..runtime import encode, paragraphs, read_corpus, special_ends
 
@@ -274,19 +274,26 @@ def fit_head_rows(masked: MaskedData, old_t, old_logz, prior, b0, l2: float, old
     return W.detach(), b.detach(), calls
 
 
-def new_token_figures(masked: MaskedData, W, b) -> dict:
+def new_token_figures(masked: MaskedData, W, b, budget: int = CHUNK_BYTES) -> dict:
     """At the masked positions: the new model's mean probability of the word's new token, its mean
     log-probability, and the share of positions where it is the most probable token (of the old
-    vocabulary and the new tokens)."""
+    vocabulary and the new tokens). In chunks of positions of `budget` bytes of logits, as the fit."""
     import torch
 
     if not len(masked.j):
         return {"positions": 0, "p_mean": None, "logp_mean": None, "top1": None}
-    s = masked.t.double() @ torch.as_tensor(W, dtype=torch.float64).T + torch.as_tensor(b, dtype=torch.float64)
-    lz = torch.logaddexp(masked.logz.double(), s.logsumexp(-1))
-    rows = torch.arange(len(masked.j))
-    lp = s[rows, masked.j] - lz
-    top = s[rows, masked.j] >= torch.maximum(s.max(-1).values, masked.top.double())
+    W, b = torch.as_tensor(W, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
+    step = chunk_rows(W.shape[0], 8, budget)
+    lps, tops = [], []
+    for at in range(0, len(masked.j), step):
+        part = slice(at, at + step)
+        s = masked.t[part].double() @ W.T + b  # (rows, k)
+        lz = torch.logaddexp(masked.logz[part].double(), s.logsumexp(-1))
+        rows = torch.arange(s.shape[0])
+        mine = s[rows, masked.j[part]]
+        lps.append(mine - lz)
+        tops.append(mine >= torch.maximum(s.max(-1).values, masked.top[part].double()))
+    lp, top = torch.cat(lps), torch.cat(tops)
     return {"positions": int(len(masked.j)), "p_mean": float(lp.exp().mean()), "logp_mean": float(lp.mean()),
             "top1": float(top.double().mean())}
 
