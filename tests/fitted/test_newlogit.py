@@ -216,3 +216,15 @@ def test_the_output_fit_never_builds_a_positions_by_rows_matrix():
     with _Largest() as seen:
         _old_fit_output_rows(data, prior, 0.0, 0.1, 3)
     assert seen.most >= P * k  # what the check above would catch
+
+
+def test_the_head_fit_never_builds_a_positions_by_rows_matrix():
+    Q, P, k, rows = 300, 400, 30, 16
+    t, logz, _, _ = _inputs(torch.float64, 6, Q, k)
+    ot, oz, _, w = _inputs(torch.float64, 7, P, k)
+    masked = MaskedData(t, logz, logz - 1.0, torch.arange(Q) % k, torch.ones(Q, dtype=torch.float64))
+    prior, b0 = torch.zeros(k, HIDDEN, dtype=torch.float64), torch.zeros(k, dtype=torch.float64)
+    with _Largest() as seen:
+        fit_head_rows(masked, ot, oz, prior, b0, 0.1, w, 3, lambda *a: None, budget=_budget(rows, torch.float64, k))
+        new_token_figures(masked, prior, b0, budget=_budget(rows, torch.float64, k))
+    assert seen.most <= max((Q + P) * HIDDEN, rows * k, k * HIDDEN) < Q * k  # the inputs (both, for the scale), one chunk

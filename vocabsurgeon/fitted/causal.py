@@ -408,9 +408,7 @@ def fit_output_rows(data: _OutputData, prior, b_new: float, l2: float, steps: in
     """
     import torch
 
-    from .newlogit import CHUNK_BYTES, added_mass, word_evidence
-
-    budget = CHUNK_BYTES if budget is None else budget
+    from .newlogit import added_mass, word_evidence
 
     dev = torch.device(device) if device is not None else torch.device("cpu")
     dt = dtype or (torch.float64 if dev.type == "cpu" else torch.float32)

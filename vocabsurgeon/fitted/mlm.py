@@ -17,7 +17,7 @@ import numpy as np
 from .common import (ENCODER_WINDOW, FIT_KL_P99, FitOptions, FitResult, FitToken, Window, bisect, lbfgs,
                      new_token_embeds, output_prior, pad_batch)
 from ..kl import kl_added_mass, kl_bound, kl_figures, meets_limits
-from .newlogit import CHUNK_BYTES, added_mass, chunk_rows, word_evidence
+from .newlogit import added_mass, chunk_rows, word_evidence
 from ..progress import Steps
 from ..runtime import encode, paragraphs, read_corpus, special_ends
 
@@ -231,7 +231,7 @@ def word_probabilities(enc, windows: list[Window], tokens: list[FitToken], mask_
 
 
 def fit_head_rows(masked: MaskedData, old_t, old_logz, prior, b0, l2: float, old_weight, steps: int,
-                  say: Steps, fit_bias: bool = True):
+                  say: Steps, fit_bias: bool = True, budget: int | None = None):
     """The new decoder rows W (k, hidden) and biases b (k,) minimizing
 
         sum over masked positions [log(1 + sum_j exp(t.w_j + b_j - log Z)) - q (t.w_j* + b_j*)]
@@ -244,7 +244,8 @@ def fit_head_rows(masked: MaskedData, old_t, old_logz, prior, b0, l2: float, old
     log-sum-exp of affine functions minus a linear term), minimized by L-BFGS from (prior, b0).
     `scale` (mean squared coordinate of t times hidden) puts the row's L2 in logit units, as the
     causal output fit does. Float64 on the CPU; each evaluation runs over the positions in chunks
-    (`newlogit.added_mass`), never a (positions, k) matrix.
+    (`newlogit.added_mass`, `budget` bytes of logits a chunk; None: `newlogit.CHUNK_BYTES`), never a
+    (positions, k) matrix.
 
     Returns:
         (W float64, b float64, objective evaluations)
@@ -262,22 +263,23 @@ def fit_head_rows(masked: MaskedData, old_t, old_logz, prior, b0, l2: float, old
     b0 = torch.as_tensor(b0, dtype=torch.float64)
     W = prior.clone().requires_grad_(True)
     b = b0.clone().requires_grad_(fit_bias)
-    A, c = word_evidence(t, torch.arange(len(j)), j, q, W.shape[0])  # the linear term: (W * A).sum() + (b * c).sum()
+    A, c = word_evidence(t, torch.arange(len(j)), j, q, W.shape[0], budget)  # the linear term: (W * A).sum() + (b * c).sum()
 
     def objective():
-        obj = added_mass(t, logz, W, b) - (W * A).sum() - (b * c).sum()
+        obj = added_mass(t, logz, W, b, budget=budget) - (W * A).sum() - (b * c).sum()
         if ot.numel():
-            obj = obj + added_mass(ot, oz, W, b, ow)
+            obj = obj + added_mass(ot, oz, W, b, ow, budget)
         return obj + 0.5 * lam * ((W - prior) ** 2).sum() + 0.5 * l2 * ((b - b0) ** 2).sum()
 
     calls = lbfgs([W, b] if fit_bias else [W], objective, steps if len(j) else 0, say, "masked-LM head")
     return W.detach(), b.detach(), calls
 
 
-def new_token_figures(masked: MaskedData, W, b, budget: int = CHUNK_BYTES) -> dict:
+def new_token_figures(masked: MaskedData, W, b, budget: int | None = None) -> dict:
     """At the masked positions: the new model's mean probability of the word's new token, its mean
     log-probability, and the share of positions where it is the most probable token (of the old
-    vocabulary and the new tokens). In chunks of positions of `budget` bytes of logits, as the fit."""
+    vocabulary and the new tokens). In chunks of positions of `budget` bytes of logits, as the fit
+    (None: `newlogit.CHUNK_BYTES`)."""
     import torch
 
     if not len(masked.j):

@@ -24,18 +24,19 @@ import functools
 CHUNK_BYTES = 2**27
 
 
-def chunk_rows(k: int, itemsize: int, budget: int = CHUNK_BYTES) -> int:
-    """Positions per chunk: as many as keep a (rows, k) matrix of `itemsize`-byte numbers within `budget`, at least 1.
+def chunk_rows(k: int, itemsize: int, budget: int | None = None) -> int:
+    """Positions per chunk: as many as keep a (rows, k) matrix of `itemsize`-byte numbers within `budget` bytes
+    (None: CHUNK_BYTES), at least 1.
 
         >>> chunk_rows(8000, 8)  # float64 logits of 8,000 new tokens: 2,097 positions in 128 MiB
         2097
         >>> chunk_rows(8000, 4, budget=2**20)
         32
     """
-    return max(1, budget // max(1, k * itemsize))
+    return max(1, (CHUNK_BYTES if budget is None else budget) // max(1, k * itemsize))
 
 
-def added_mass(x, logz, W, b=0.0, weight=None, budget: int = CHUNK_BYTES):
+def added_mass(x, logz, W, b=0.0, weight=None, budget: int | None = None):
     """sum_i w_i log(1 + sum_j exp(s_ij - logz_i)), s = x . W^T + b, as a scalar tensor whose backward gives
     its gradient in W (and in b where b is a tensor that requires it), computed `chunk_rows` positions at a time.
 
@@ -45,7 +46,7 @@ def added_mass(x, logz, W, b=0.0, weight=None, budget: int = CHUNK_BYTES):
         W: (k, hidden) the new rows.
         b: the new logits' bias: a number, a 0-d tensor or one per new row (k,).
         weight: w_i: None (all 1), a number, or one per position (P,).
-        budget: bytes of the (rows, k) matrix of one chunk (`chunk_rows`).
+        budget: bytes of the (rows, k) matrix of one chunk (`chunk_rows`; None: CHUNK_BYTES).
 
     Example:
         >>> import torch
@@ -108,7 +109,7 @@ def _function():
     return AddedMass
 
 
-def word_evidence(x, q_pos, q_tok, q, k: int, budget: int = CHUNK_BYTES):
+def word_evidence(x, q_pos, q_tok, q, k: int, budget: int | None = None):
     """The linear term's coefficients: sum_m q_m s[pos_m, tok_m] = (W * A).sum() + (b * c).sum() for
     (A (k, hidden): row j sums q_m x[pos_m] over the m with tok_m = j, c (k,): their q_m summed).
     Summed in chunks of `q`, as many as keep a (rows, hidden) matrix within `budget`."""
