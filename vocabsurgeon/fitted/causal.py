@@ -392,20 +392,27 @@ def _kl_new(h, logz, W, b_new):
 
 
 def fit_output_rows(data: _OutputData, prior, b_new: float, l2: float, steps: int, say: Steps, device=None,
-                    rel_change: float = 0.0):
+                    rel_change: float = 0.0, budget: int | None = None, dtype=None):
     """The new output rows minimizing sum over positions of CE(ideal || p_new) + l2/2 * scale * |W - prior|^2.
 
     Per position: weight * (log(Z_old + sum_j exp(s_j)) - log Z_old) - sum_j q_j s_j, s = h . W^T + b. Convex in
     W (a log-sum-exp minus a linear term), so L-BFGS finds the optimum. The L2 weight is in logit
     units: `scale` is the mean squared hidden-state coordinate, so moving a row by d costs about what
     moving a typical logit by |d| * rms(h) * sqrt(hidden) does. Float64 on the CPU; float32 on a GPU
-    (`device`), where the hidden states of many contexts would not fit twice as wide. `rel_change`: see
-    `common.lbfgs` (0: all `steps` iterations unless converged to the last bits).
+    (`device`), where the hidden states of many contexts would not fit twice as wide (`dtype` says otherwise:
+    the tests run the GPU's float32 on the CPU). `rel_change`: see `common.lbfgs` (0: all `steps` iterations
+    unless converged to the last bits).
+
+    Each evaluation runs over the positions in chunks (`newlogit.added_mass`, `budget` bytes of logits a
+    chunk; None: `newlogit.CHUNK_BYTES`): its memory beyond the inputs is that chunk and a few (k, hidden)
+    matrices, not (P, k) ones.
     """
     import torch
 
+    from .newlogit import added_mass, word_evidence
+
     dev = torch.device(device) if device is not None else torch.device("cpu")
-    dt = torch.float64 if dev.type == "cpu" else torch.float32
+    dt = dtype or (torch.float64 if dev.type == "cpu" else torch.float32)
     h, logz = data.h.to(dev, dt), data.logz.to(dev, dt)
     prior = prior.to(dev, dt)
     q, q_pos, q_tok = data.q.to(dev, dt), data.q_pos.to(dev), data.q_tok.to(dev)
@@ -413,12 +420,12 @@ def fit_output_rows(data: _OutputData, prior, b_new: float, l2: float, steps: in
     scale = float((h ** 2).mean()) * h.shape[1]
     lam = l2 * scale
     W = prior.clone().requires_grad_(True)
+    A, c = word_evidence(h, q_pos, q_tok, q, W.shape[0], budget)  # the linear term: (W * A).sum() + b_new * c.sum()
+    evidence_b = b_new * float(c.sum())
 
     def objective():
-        s = h @ W.T + b_new  # (P, k)
-        kl = kl_added_mass(s.logsumexp(-1) - logz)
-        obj = (kl * weight).sum() if weight is not None else kl.sum()
-        return obj - (q * s[q_pos, q_tok]).sum() + 0.5 * lam * ((W - prior) ** 2).sum()
+        obj = added_mass(h, logz, W, b_new, weight, budget)
+        return obj - (W * A).sum() - evidence_b + 0.5 * lam * ((W - prior) ** 2).sum()
 
     calls = lbfgs([W], objective, steps, say, "output rows", rel_change)
     return W.detach().double().cpu(), calls

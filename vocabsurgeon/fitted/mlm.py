@@ -17,6 +17,7 @@ import numpy as np
 from .common import (ENCODER_WINDOW, FIT_KL_P99, FitOptions, FitResult, FitToken, Window, bisect, lbfgs,
                      new_token_embeds, output_prior, pad_batch)
 from ..kl import kl_added_mass, kl_bound, kl_figures, meets_limits
+from .newlogit import added_mass, chunk_rows, word_evidence
 from ..progress import Steps
 from ..runtime import encode, paragraphs, read_corpus, special_ends
 
@@ -230,7 +231,7 @@ def word_probabilities(enc, windows: list[Window], tokens: list[FitToken], mask_
 
 
 def fit_head_rows(masked: MaskedData, old_t, old_logz, prior, b0, l2: float, old_weight, steps: int,
-                  say: Steps, fit_bias: bool = True):
+                  say: Steps, fit_bias: bool = True, budget: int | None = None):
     """The new decoder rows W (k, hidden) and biases b (k,) minimizing
 
         sum over masked positions [log(1 + sum_j exp(t.w_j + b_j - log Z)) - q (t.w_j* + b_j*)]
@@ -242,7 +243,9 @@ def fit_head_rows(masked: MaskedData, old_t, old_logz, prior, b0, l2: float, old
     `old_logz`; `old_weight` a number or one per position): convex in (W, b) (a
     log-sum-exp of affine functions minus a linear term), minimized by L-BFGS from (prior, b0).
     `scale` (mean squared coordinate of t times hidden) puts the row's L2 in logit units, as the
-    causal output fit does. Float64 on the CPU.
+    causal output fit does. Float64 on the CPU; each evaluation runs over the positions in chunks
+    (`newlogit.added_mass`, `budget` bytes of logits a chunk; None: `newlogit.CHUNK_BYTES`), never a
+    (positions, k) matrix.
 
     Returns:
         (W float64, b float64, objective evaluations)
@@ -260,33 +263,39 @@ def fit_head_rows(masked: MaskedData, old_t, old_logz, prior, b0, l2: float, old
     b0 = torch.as_tensor(b0, dtype=torch.float64)
     W = prior.clone().requires_grad_(True)
     b = b0.clone().requires_grad_(fit_bias)
-    rows = torch.arange(len(j))
+    A, c = word_evidence(t, torch.arange(len(j)), j, q, W.shape[0], budget)  # the linear term: (W * A).sum() + (b * c).sum()
 
     def objective():
-        s = t @ W.T + b  # (Q, k)
-        obj = kl_added_mass(s.logsumexp(-1) - logz).sum() - (q * s[rows, j]).sum()
+        obj = added_mass(t, logz, W, b, budget=budget) - (W * A).sum() - (b * c).sum()
         if ot.numel():
-            so = ot @ W.T + b
-            obj = obj + (ow * kl_added_mass(so.logsumexp(-1) - oz)).sum()
+            obj = obj + added_mass(ot, oz, W, b, ow, budget)
         return obj + 0.5 * lam * ((W - prior) ** 2).sum() + 0.5 * l2 * ((b - b0) ** 2).sum()
 
     calls = lbfgs([W, b] if fit_bias else [W], objective, steps if len(j) else 0, say, "masked-LM head")
     return W.detach(), b.detach(), calls
 
 
-def new_token_figures(masked: MaskedData, W, b) -> dict:
+def new_token_figures(masked: MaskedData, W, b, budget: int | None = None) -> dict:
     """At the masked positions: the new model's mean probability of the word's new token, its mean
     log-probability, and the share of positions where it is the most probable token (of the old
-    vocabulary and the new tokens)."""
+    vocabulary and the new tokens). In chunks of positions of `budget` bytes of logits, as the fit
+    (None: `newlogit.CHUNK_BYTES`)."""
     import torch
 
     if not len(masked.j):
         return {"positions": 0, "p_mean": None, "logp_mean": None, "top1": None}
-    s = masked.t.double() @ torch.as_tensor(W, dtype=torch.float64).T + torch.as_tensor(b, dtype=torch.float64)
-    lz = torch.logaddexp(masked.logz.double(), s.logsumexp(-1))
-    rows = torch.arange(len(masked.j))
-    lp = s[rows, masked.j] - lz
-    top = s[rows, masked.j] >= torch.maximum(s.max(-1).values, masked.top.double())
+    W, b = torch.as_tensor(W, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
+    step = chunk_rows(W.shape[0], 8, budget)
+    lps, tops = [], []
+    for at in range(0, len(masked.j), step):
+        part = slice(at, at + step)
+        s = masked.t[part].double() @ W.T + b  # (rows, k)
+        lz = torch.logaddexp(masked.logz[part].double(), s.logsumexp(-1))
+        rows = torch.arange(s.shape[0])
+        mine = s[rows, masked.j[part]]
+        lps.append(mine - lz)
+        tops.append(mine >= torch.maximum(s.max(-1).values, masked.top[part].double()))
+    lp, top = torch.cat(lps), torch.cat(tops)
     return {"positions": int(len(masked.j)), "p_mean": float(lp.exp().mean()), "logp_mean": float(lp.mean()),
             "top1": float(top.double().mean())}
 
