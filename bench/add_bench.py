@@ -7,8 +7,10 @@ Subcommands: `generate` (the checkpoint), `run` (time each way in its own proces
 (50,000 tokens in one run; encode speed before and after), `all` (the three, then its RESULTS.md block).
 `run` and `all` end with one `python -m tools.phases` run of `add` and of `add --no-fsync`: the time
 split (plan, copy, init, write, fsync, verify) goes into the block, so that a slower phase shows.
-Sizes: `full` (~6 GB), `1b` (~3 GB, hidden 2048), `quick` (~0.5 GB), `tiny` (a few MB, seconds:
-tests/benchmarks/test_bench.py).
+Sizes: `8b` (~16 GB, Llama-3-8B's shapes and shards), `full` (~6 GB, its 9 first layers), `1b` (~3 GB,
+hidden 2048), `quick` (~0.5 GB), `tiny` (a few MB, seconds: tests/benchmarks/test_bench.py).
+The transformers way runs under a memory guard (`--transformers-mem-gib`, `--transformers-timeout`):
+past it the child is killed and the block says so ("stopped after N s: ..."), its time a lower bound.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import argparse
 import json
 import os
 import random
+import resource
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -24,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.common import (SIZES, WORK, RESULTS, Sample, bench_env, drop, du, gb, generate, has_no_validate,
+from bench.common import (SIZES, WORK, RESULTS, Guard, Sample, bench_env, drop, du, gb, generate, has_no_validate,
                           known_words, machine, make_words, measure, module_command, read_all, sample_text,
                           vocabsurgeon_command, write_block)
 
@@ -67,7 +71,11 @@ def phases(src: Path, out: Path, tokens: Path, extra: list[str]) -> dict:
     read_all(src)
     cmd = [sys.executable, "-m", "tools.phases", "add", "--tokens", str(tokens), "--init", "mean", "-q"]
     cmd += (["--no-validate"] if has_no_validate() else []) + extra + [str(src), str(out)]
+    load = os.getloadavg()[0]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run(cmd, capture_output=True, text=True, env=bench_env(), check=False)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     drop(out)
     if r.returncode != 0:
         raise SystemExit(f"bench: {' '.join(cmd)} exited {r.returncode}:\n{r.stderr[-3000:]}")
@@ -90,8 +98,8 @@ def phases(src: Path, out: Path, tokens: Path, extra: list[str]) -> dict:
                 t += b - end
                 end = b
         busy[kind] = t
-    return {"extra": " ".join(extra), "steps": steps, "total": total, "busy": busy, "load": os.getloadavg()[0],
-            "command": " ".join(cmd)}
+    return {"extra": " ".join(extra), "steps": steps, "total": total, "busy": busy, "load": load,
+            "load_after": os.getloadavg()[0], "cpu": cpu, "command": " ".join(cmd)}
 
 
 def transformers_way(src: str, out: str, tokens_file: str) -> None:
@@ -145,8 +153,9 @@ def floor(src: str, out: str, link: bool) -> None:
     t.join()
 
 
-def run(size_name: str, work: Path, repeats: int, skip: set[str]) -> dict:
-    """Generate (if needed) and time every configuration `repeats` times, interleaved; medians and ratios."""
+def run(size_name: str, work: Path, repeats: int, skip: set[str], guards: dict[str, Guard] | None = None) -> dict:
+    """Generate (if needed) and time every configuration `repeats` times, interleaved; medians and ratios.
+    `guards`: the limits (`common.Guard`) a configuration runs under, by name (the transformers way's memory)."""
     size = SIZES[size_name]
     src = work / f"ckpt-{size_name}"
     if not (src / "model.safetensors.index.json").exists():
@@ -168,19 +177,22 @@ def run(size_name: str, work: Path, repeats: int, skip: set[str]) -> dict:
             drop(out)
             os.sync()
             read_all(src)
-            s = measure(cmd, work / "child.log")
+            s = measure(cmd, work / "child.log", guard=(guards or {}).get(name))
             samples[name].append(s)
-            print(f"[{r + 1}/{repeats}] {name}: {s.wall:.2f} s, {s.rss / 2**20:.0f} MiB", file=sys.stderr)
+            print(f"[{r + 1}/{repeats}] {name}: {s.wall:.2f} s, CPU {s.cpu:.2f} s, {s.rss / 2**20:.0f} MiB, "
+                  f"load {s.load:.2f}{', ' + s.stopped if s.stopped else ''}", file=sys.stderr)
             loads.append(os.getloadavg()[0])
     drop(out)
     os.sync()
     split = [phases(src, out, tokens, extra) for extra in ([], ["--no-fsync"])]
     med = {k: {"wall": statistics.median(s.wall for s in v), "rss": statistics.median(s.rss for s in v),
-               "walls": [round(s.wall, 3) for s in v], "rsss": [s.rss for s in v]} for k, v in samples.items()}
+               "cpu": statistics.median(s.cpu for s in v), "walls": [round(s.wall, 3) for s in v],
+               "rsss": [s.rss for s in v], "cpus": [round(s.cpu, 2) for s in v], "loads": [round(s.load, 2) for s in v],
+               "stopped": [s.stopped for s in v if s.stopped]} for k, v in samples.items()}
     return {"size": size_name, "shape": size.__dict__, "src_bytes": du(src), "shards": len(list(src.glob("*.safetensors"))),
             "vocab_matrix_bytes": size.vocab * size.hidden * 2, "repeats": repeats, "median": med,
             "load": [round(x, 2) for x in loads], "commands": {k: " ".join(v) for k, v in cmds.items()},
-            "phases": split}
+            "guards": {k: g.__dict__ for k, g in (guards or {}).items() if k in cmds}, "phases": split}
 
 
 def encode_seconds(tokenizer_json: Path, text: str, repeats: int = 3) -> tuple[float, int]:
@@ -244,7 +256,7 @@ def report(res: dict, many_res: dict | None, info: dict, argv: list[str], block:
     """The markdown block written between the markers of RESULTS.md."""
     med = res["median"]
     begin, end = markers(block)
-    L = [begin, "", f"Generated by `python -m bench.add_bench {' '.join(argv)}` on {time.strftime('%Y-%m-%d %H:%M')}.", ""]
+    L = [begin, "", f"Generated by `python -m bench.add_bench {shlex.join(argv)}` on {time.strftime('%Y-%m-%d %H:%M')}.", ""]
     L += ["**Machine:** " + ", ".join(f"{k} {v}" for k, v in info.items()) + ".", ""]
     sh = res["shape"]
     L += [f"**Checkpoint** (`{res['size']}`): Llama, untied, bf16, vocab {sh['vocab']:,}, hidden {sh['hidden']}, "
@@ -253,17 +265,30 @@ def report(res: dict, many_res: dict | None, info: dict, argv: list[str], block:
           f"Load average (1 min) during the run: {min(res['load'])}-{max(res['load'])}.", ""]
     L += [f"Medians of {res['repeats']} runs per configuration (runs interleaved, in a shuffled order each round; "
           "page cache warmed by reading every input file before each run; outputs removed and `sync`ed between runs).", ""]
-    L += ["| configuration | wall (median) | peak RSS (median) | all walls (s) |", "|---|---:|---:|---|"]
+    L += ["| configuration | wall (median) | CPU s (median) | peak RSS (median) | every run: wall s / CPU s (load at start) |",
+          "|---|---:|---:|---:|---|"]
     for k, v in med.items():
-        L.append(f"| {k} | {v['wall']:.2f} s | {gb(v['rss'])} | {', '.join(f'{w:.2f}' for w in v['walls'])} |")
+        runs = ", ".join(f"{w:.2f} / {c:.2f} ({ld:.1f})" for w, c, ld in zip(v["walls"], v.get("cpus", v["walls"]),
+                                                                             v.get("loads", [0.0] * len(v["walls"]))))
+        L.append(f"| {k} | {v['wall']:.2f} s | {v.get('cpu', 0):.2f} | {gb(v['rss'])} | {runs} |")
     L.append("")
+    for k, v in med.items():
+        for why in v.get("stopped", []):
+            L.append(f"- {k}: {why}; its wall time is a lower bound, its peak RSS what it had reached.")
+    if any(v.get("stopped") for v in med.values()):
+        guards = ", ".join(f"{k}: " + ", ".join(f"{a} {b}" for a, b in g.items() if b is not None)
+                           for k, g in res.get("guards", {}).items())
+        L += [f"- limits (`common.Guard`): {guards}", ""]
     rows = []
 
     def ratio(label, a, b, key, target, better):
         if a in med and b in med:
             r = med[a][key] / med[b][key]
             ok = r >= target if better == "ge" else r <= target
-            rows.append(f"| {label} | {r:.2f} | {'>=' if better == 'ge' else '<='} {target} | {'yes' if ok else '**no**'} |")
+            # a configuration stopped by its guard: its time is a lower bound, so is a ratio over it
+            bound = "> " if med[a].get("stopped") and len(med[a]["stopped"]) == len(med[a]["walls"]) else ""
+            rows.append(f"| {label} | {bound}{r:.2f} | {'>=' if better == 'ge' else '<='} {target} | "
+                        f"{'yes' if ok else '**no**'} |")
 
     ratio("time: transformers / vocabsurgeon (copy)", "transformers", "vocabsurgeon", "wall", 4, "ge")
     ratio("time: transformers / vocabsurgeon --link", "transformers", "vocabsurgeon --link", "wall", 8, "ge")
@@ -277,6 +302,8 @@ def report(res: dict, many_res: dict | None, info: dict, argv: list[str], block:
                     f"({gb(bound)}) | {'yes' if r <= bound else '**no**'} |")
     ratio("time: vocabsurgeon --no-fsync / floor (copy)", "vocabsurgeon --no-fsync", "floor (copy)", "wall", 1.3, "le")
     ratio("time: vocabsurgeon / cp -r + sync", "vocabsurgeon", "cp -r + sync", "wall", 1.3, "le")
+    ratio("time: vocabsurgeon --no-fsync / cp -r + sync", "vocabsurgeon --no-fsync", "cp -r + sync", "wall", 1.3, "le")
+    ratio("time: transformers / vocabsurgeon --no-fsync", "transformers", "vocabsurgeon --no-fsync", "wall", 1, "ge")
     split = res.get("phases") or []
     if split:  # issue 38: the planning (main thread) under a second for 1,000 words on a 128k vocabulary
         plan = sum(s["seconds"] for s in split[0]["steps"] if s["step"] == "plan_tokens")
@@ -315,6 +342,8 @@ def phase_table(split: list[dict]) -> list[str]:
     for kind in KINDS:
         L.append(f"| {kind} | " + " | ".join(f"{p['busy'][kind]:.2f}" for p in split) + " |")
     L.append("| total (wall) | " + " | ".join(f"{p['total']:.2f}" for p in split) + " |")
+    if all("cpu" in p for p in split):
+        L.append("| CPU s (user + system, the process) | " + " | ".join(f"{p['cpu']:.2f}" for p in split) + " |")
     L.append("| load average (1 min) | " + " | ".join(f"{p['load']:.2f}" for p in split) + " |")
     L += ["", f"Steps of {names[0]} (thread, start, seconds):", "", "| step | thread | start | seconds |",
           "|---|---|---:|---:|"]
@@ -354,6 +383,10 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("--many-timeout", type=float, default=3600)
         p.add_argument("--many-mem-gb", type=float, default=12, help="address-space limit of the many-tokens run")
         p.add_argument("--clean", action="store_true", help="remove the work directory at the end")
+        p.add_argument("--transformers-mem-gib", type=float, default=20, help="stop the transformers way when its "
+                       "anonymous memory passes this (default 20; the machine's available memory is kept >= 1.5 GiB)")
+        p.add_argument("--transformers-timeout", type=float, default=None, help="stop the transformers way after "
+                       "this many seconds (its time is then a lower bound)")
     m = sub.add_parser("many", help="add many tokens; encode speed before/after")
     common(m)
     m.add_argument("--many", type=int, default=None)
@@ -379,7 +412,8 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(many(a.size, a.work, a.many, a.many_timeout, a.many_mem_gb), indent=2))
         return
     repeats = a.repeats or (1 if a.size == "tiny" else 3)
-    res = run(a.size, a.work, repeats, set(a.skip))
+    guards = {"transformers": Guard(mem_gib=a.transformers_mem_gib, timeout_s=a.transformers_timeout)}
+    res = run(a.size, a.work, repeats, set(a.skip), guards)
     many_res = many(a.size, a.work, a.many, a.many_timeout, a.many_mem_gb) if a.cmd == "all" and a.many != 0 else None
     block = report(res, many_res, machine(), argv, a.block)
     print(block)

@@ -69,6 +69,9 @@ SIZES = {
     "full": Size(128_256, 4096, 14336, 9, 32, 8, 1_600_000_000),
     # Llama-3.2-1B shapes (hidden 2048, 16 layers), untied: 2 x 0.5 GB vocabulary + 16 x 0.13 GB = 3.0 GB.
     "1b": Size(128_256, 2048, 8192, 16, 32, 8, 1_600_000_000),
+    # Llama-3-8B shapes, all 32 layers: 2 x 1.05 GB vocabulary + 32 x 0.44 GB = 16.1 GB, in ~5 GB shards as Meta
+    # publishes it (4 shards, embedding in the first, lm_head in the last).
+    "8b": Size(128_256, 4096, 14336, 32, 32, 8, 5_000_000_000),
     "quick": Size(32_256, 1024, 3584, 8, 8, 2, 160_000_000),
     "tiny": Size(1_280, 64, 128, 2, 4, 2, 60_000, specials=16, new_tokens=100, many_tokens=500),
 }
@@ -249,11 +252,14 @@ def known_words(src: Path) -> set[str]:
 
 @dataclass
 class Sample:
-    """One child process: wall seconds, peak RSS (bytes) and CPU seconds (user + system, its children's too)."""
+    """One child process: wall seconds, peak RSS (bytes) and CPU seconds (user + system, its children's too);
+    the 1-minute load average when it started; and, for a child `measure` stopped (see `Guard`), why."""
 
     wall: float
     rss: int
     cpu: float | None = None
+    load: float | None = None
+    stopped: str | None = None
 
 
 def read_all(path: Path) -> None:
@@ -272,29 +278,125 @@ def drop(path: Path) -> None:
         shutil.rmtree(p, ignore_errors=True)
 
 
-def measure(cmd: list[str], log: Path, env: dict | None = None) -> Sample:
+@dataclass(frozen=True)
+class Guard:
+    """Limits under which `measure` stops a child instead of letting it take the machine down: its
+    anonymous memory (RssAnon + RssShmem of the child and its descendants: the memory the kernel cannot
+    drop, unlike the pages of memory-mapped checkpoint files) above `mem_gib`, the machine's
+    MemAvailable below `keep_free_gib`, or a wall time above `timeout_s`. Polled every `every_s`
+    by a thread beside the blocking `wait4`, so that the wall time of a child that finishes is as
+    exact as without it. A stopped child's Sample says why (`stopped`); its wall time is then a
+    lower bound. Neither cgroups (v1 here, owned by the VM's agent) nor `systemd-run` (no bus)
+    can be used on the bench machine, and `prlimit --as` counts the mapped checkpoint files."""
+
+    mem_gib: float | None = None
+    keep_free_gib: float = 1.5
+    timeout_s: float | None = None
+    every_s: float = 0.2
+
+
+def _tree(pid: int) -> list[int]:
+    """`pid` and its descendants, from /proc/PID/task/TID/children."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def _anon_bytes(pids: list[int]) -> int:
+    total = 0
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/status") as f:
+                total += sum(int(l.split()[1]) * 1024 for l in f if l.startswith(("RssAnon:", "RssShmem:")))
+        except OSError:
+            pass
+    return total
+
+
+def mem_available() -> int:
+    with open("/proc/meminfo") as f:
+        return next(int(l.split()[1]) * 1024 for l in f if l.startswith("MemAvailable:"))
+
+
+def _watch(proc: subprocess.Popen, guard: Guard, t0: float, done, verdict: dict) -> None:
+    """The guard's thread: stop `proc`'s process group (started in its own session) past a limit."""
+    import signal
+
+    peak = 0
+    while not done.wait(guard.every_s):
+        pids = _tree(proc.pid)
+        anon = _anon_bytes(pids)
+        peak = max(peak, anon)
+        verdict["peak_anon"] = peak
+        why = None
+        if guard.mem_gib is not None and anon > guard.mem_gib * 2**30:
+            why = f"its anonymous memory reached {anon / 2**30:.1f} GiB (limit {guard.mem_gib:g} GiB)"
+        elif mem_available() < guard.keep_free_gib * 2**30:
+            why = (f"the machine's available memory fell under {guard.keep_free_gib:g} GiB "
+                   f"(the child's anonymous memory {anon / 2**30:.1f} GiB)")
+        elif guard.timeout_s is not None and time.perf_counter() - t0 > guard.timeout_s:
+            why = f"not finished within {guard.timeout_s:g} s (anonymous memory {anon / 2**30:.1f} GiB)"
+        if why:
+            verdict["stopped"] = f"stopped after {time.perf_counter() - t0:.0f} s: {why}"
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            return
+
+
+def measure(cmd: list[str], log: Path, env: dict | None = None, guard: Guard | None = None) -> Sample:
     """Run `cmd` in its own process; wall time and the child's own peak RSS.
 
     The child is started by GNU time (a ~2 MB process) when it is installed: Linux carries a
     process's RSS high-water mark across exec, so a child forked straight from this Python
     process would inherit this process's peak (numpy, tokenizers) as its own.
+    With a `guard`, a child past its limits is killed and reported (`Sample.stopped`), not raised.
     """
+    import threading
+
     gnu_time = Path("/usr/bin/time")
     rss_file = log.with_suffix(".rss")
     full = [str(gnu_time), "-q", "-f", "%M", "-o", str(rss_file)] + cmd if gnu_time.exists() else cmd
+    load = os.getloadavg()[0]
+    verdict: dict = {}
     with open(log, "wb") as lf:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(full, stdout=lf, stderr=subprocess.STDOUT, env=bench_env(env))
+        proc = subprocess.Popen(full, stdout=lf, stderr=subprocess.STDOUT, env=bench_env(env),
+                                start_new_session=guard is not None)
+        done = threading.Event()
+        watcher = threading.Thread(target=_watch, args=(proc, guard, t0, done, verdict)) if guard else None
+        if watcher:
+            watcher.start()
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
+        done.set()
+        if watcher:
+            watcher.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
+    cpu = usage.ru_utime + usage.ru_stime  # wait4 counts the child's reaped children (GNU time's child)
+    if "stopped" in verdict:
+        return Sample(wall, max(usage.ru_maxrss * 1024, verdict.get("peak_anon", 0)), cpu, load, verdict["stopped"])
     if proc.returncode != 0:
         tail = log.read_text(errors="replace")[-3000:]
+        if proc.returncode < 0 or proc.returncode == 137 or "Killed" in tail[-200:]:
+            # killed from outside (the kernel's OOM killer): a result, not a failure of the bench
+            anon = verdict.get("peak_anon", 0) / 2**30
+            why = f"killed (exit {proc.returncode}) after {wall:.0f} s; anonymous memory {anon:.1f} GiB"
+            if guard is not None:
+                return Sample(wall, usage.ru_maxrss * 1024, cpu, load, why)
         raise SystemExit(f"bench: {' '.join(cmd)} exited {proc.returncode}; its output:\n{tail}")
-    cpu = usage.ru_utime + usage.ru_stime  # wait4 counts the child's reaped children (GNU time's child)
     if gnu_time.exists():
-        return Sample(wall, int(rss_file.read_text().split()[-1]) * 1024, cpu)
-    return Sample(wall, usage.ru_maxrss * 1024, cpu)
+        return Sample(wall, int(rss_file.read_text().split()[-1]) * 1024, cpu, load)
+    return Sample(wall, usage.ru_maxrss * 1024, cpu, load)
 
 
 def vocabsurgeon_command() -> list[str]:

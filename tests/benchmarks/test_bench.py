@@ -121,6 +121,42 @@ def test_generated_checkpoint_is_a_sharded_untied_llama_with_a_matching_tokenize
     assert (rows != 0).any() and abs(float(rows.std()) - 0.02) < 0.005  # finite random values, like a real model
 
 
+def test_guard_stops_a_child_past_its_memory_and_says_so(tmp_path):
+    # the transformers way on a checkpoint bigger than RAM: killed by the bench, recorded, the machine kept
+    hog = [sys.executable, "-c", "import time; b = b'x' * (400 << 20); time.sleep(120)"]
+    s = common.measure(hog, tmp_path / "hog.log", guard=common.Guard(mem_gib=0.1))
+    assert s.stopped and "anonymous memory reached" in s.stopped and "limit 0.1 GiB" in s.stopped
+    assert s.wall < 120 and s.rss > 0.1 * 2**30  # stopped, not waited for; what it had reached
+
+
+def test_guard_stops_a_child_past_its_time_and_lets_a_quick_one_finish(tmp_path):
+    slow = common.measure(["sleep", "120"], tmp_path / "slow.log", guard=common.Guard(timeout_s=0.5))
+    assert slow.stopped and "not finished within 0.5 s" in slow.stopped and slow.wall < 120
+    quick = common.measure(["sh", "-c", "echo hi"], tmp_path / "quick.log", guard=common.Guard(mem_gib=1, timeout_s=60))
+    assert quick.stopped is None and quick.rss > 0 and quick.load is not None
+    assert (tmp_path / "quick.log").read_text() == "hi\n"
+    with pytest.raises(SystemExit, match="exited 3"):  # a failing child is still the bench's error, guard or not
+        common.measure(["sh", "-c", "exit 3"], tmp_path / "fail.log", guard=common.Guard(mem_gib=1))
+
+
+def test_report_gives_a_stopped_configuration_as_a_lower_bound():
+    def med(wall, stopped=()):
+        return {"wall": wall, "rss": 2**30, "cpu": wall, "walls": [wall], "rsss": [2**30], "cpus": [wall],
+                "loads": [1.0], "stopped": list(stopped)}
+
+    res = {"size": "8b", "shape": common.SIZES["8b"].__dict__, "src_bytes": 16 * 10**9, "shards": 4,
+           "vocab_matrix_bytes": 2**30, "repeats": 1, "load": [1.0], "commands": {}, "phases": [],
+           "guards": {"transformers": {"mem_gib": 20, "keep_free_gib": 1.5, "timeout_s": None, "every_s": 0.2}},
+           "median": {"transformers": med(300.0, ["stopped after 300 s: its anonymous memory reached 20.1 GiB"]),
+                      "vocabsurgeon": med(60.0), "vocabsurgeon --no-fsync": med(50.0), "floor (copy)": med(40.0),
+                      "cp -r + sync": med(45.0)}}
+    text = add_bench.report(res, None, {}, ["all", "--size", "8b"])
+    assert "| time: transformers / vocabsurgeon (copy) | > 5.00 | >= 4 | yes |" in text
+    assert "| time: vocabsurgeon / floor (copy) | 1.50 | <= 1.3 | **no** |" in text
+    assert "- transformers: stopped after 300 s: its anonymous memory reached 20.1 GiB; its wall time is a lower bound" in text
+    assert "| transformers | 300.00 s | 300.00 | 1.00 GiB | 300.00 / 300.00 (1.0) |" in text
+
+
 def test_made_up_words_are_distinct_and_avoid_the_vocabulary():
     words = common.make_words(300, seed=5, avoid={"Baba"})
     assert len(set(words)) == 300
