@@ -22,7 +22,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from . import contexts, resplit
-from .building import tokenizer_from_data
+from .building import collector_paused, merges_as_pairs, tokenizer_from_data
 from ..checkpoint.reader import read_json
 from ..errors import InputError, VocabSurgeonError
 from .chats import chat_samples
@@ -240,7 +240,8 @@ class TokenizerEditor:
         self.converted_from: str | None = None
         self.slow_file = next((f for f in SLOW_TOKENIZER_FILES if (self.dir / f).is_file()), None)
         if file.exists():
-            self.data = read_json(file)
+            with collector_paused():
+                self.data = merges_as_pairs(read_json(file))
         elif self.slow_file is not None:
             self.data, cls = convert_slow_tokenizer(self.dir, self.slow_file)
             self.converted_from = cls
