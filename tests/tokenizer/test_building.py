@@ -141,3 +141,32 @@ def test_text_pieces_leave_out_added_tokens_and_byte_fallback_pieces_only():
     vocab = {"<0x41>": 0, "a": 1, "x\n<0x42>": 2, "<0x4G>": 3, "<0x41>b": 4, "<s>": 5, "\n": 6, "<0xFF>": 7}
     assert text_pieces(vocab, {"<s>": {"id": 5}}) == ["a", "x\n<0x42>", "<0x4G>", "<0x41>b", "\n"]
     assert text_pieces({"a": 0, "b": 1}, {}) == ["a", "b"]
+
+
+def test_merges_held_as_pairs_write_the_same_json_and_build_the_same_tokenizer():
+    """The editor holds ["a", "b"] merges as ("a", "b") tuples (merges_as_pairs): json.dumps writes the same text,
+    the parser and the constructor build the same tokenizer, and the garbage collector stops tracking them."""
+    import gc
+
+    text = (FIXTURES / "gpt2-tiny" / "tokenizer.json").read_text(encoding="utf-8")
+    data = building.merges_as_pairs(json.loads(text))
+    assert json.dumps(data) == json.dumps(json.loads(text))
+    assert all(type(m) is tuple for m in data["model"]["merges"])
+    _same(data)
+    gc.collect()
+    assert not any(gc.is_tracked(m) for m in data["model"]["merges"])
+    as_text = json.loads(text)  # "a b" merges, and anything that is not a list of pairs, are left as they are
+    as_text["model"]["merges"] = [" ".join(m) for m in as_text["model"]["merges"]]
+    assert building.merges_as_pairs(json.loads(json.dumps(as_text))) == as_text
+    odd = json.loads(text)
+    odd["model"]["merges"][3] = ["a", "b", "c"]
+    assert building.merges_as_pairs(json.loads(json.dumps(odd))) == odd
+
+
+def test_the_editor_writes_the_tokenizer_json_it_read(tmp_path):
+    """Read (merges as pairs) and written without an edit: the same object as the file's."""
+    ed = TokenizerEditor(FIXTURES / "gpt2-tiny")
+    plan = ed.plan([], first_id=ed.size)
+    ed.write(plan, tmp_path)
+    assert json.loads((tmp_path / "tokenizer.json").read_text(encoding="utf-8")) == \
+        json.loads((FIXTURES / "gpt2-tiny" / "tokenizer.json").read_text(encoding="utf-8"))

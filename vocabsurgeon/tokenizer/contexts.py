@@ -63,17 +63,17 @@ def cases(words: list[str], special: frozenset[str] | set[str] = frozenset(), na
     for w in words:
         if w in special:
             out += [Case(BY_NAME[n], w, {w: 1}) for n in SPECIAL if names is None or n in names]
+    # each context once: whether it pairs the word with the next, and how often it holds the word
+    chosen = [(c, "{next}" in c.template, c.template.count("{w}")) for c in CONTEXTS if names is None or c.name in names]
     for i, w in enumerate(plain):
         nxt = plain[(i + 1) % len(plain)]
-        for c in CONTEXTS:
-            if names is not None and c.name not in names:
-                continue
-            if "{next}" in c.template:
+        for c, paired, n in chosen:
+            if paired:
                 if nxt == w or w in nxt or nxt in w:
                     continue
                 out.append(Case(c, c.template.format(w=w, next=nxt), {w: 1, nxt: 1}))
             else:
-                out.append(Case(c, c.template.format(w=w), {w: c.template.count("{w}")}))
+                out.append(Case(c, c.template.format(w=w), {w: n}))
     return out
 
 
@@ -84,11 +84,12 @@ def misses(cases_: list[Case], encoded: list[list[int]], ids_of: dict[str, set[i
     that one token (plus `lead` pieces of a lone leading space where the tokenizer has them: see
     `space_lead`)."""
     out = []
+    sizes = {"word": 1, "space": 1 + lead}
     for j, (case, ids) in enumerate(zip(cases_, encoded)):
+        size = sizes.get(case.context.alone or "")
         for w, n in case.expect.items():
             want = ids_of.get(w)
-            count = n if want is None else sum(i in want for i in ids)
-            size = {"word": 1, "space": 1 + lead}.get(case.context.alone or "")
+            count = n if want is None else sum(map(want.__contains__, ids))  # the ids that are the word's
             if count != n or (size is not None and len(ids) != size):
                 out.append((j, w))
     return out

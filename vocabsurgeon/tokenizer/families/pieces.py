@@ -8,6 +8,7 @@ piece would split that piece (`FormIndex`, `parts_of`).
 
 from __future__ import annotations
 
+import itertools
 import re
 
 BYTE_PIECE = re.compile(r"<0x[0-9A-Fa-f]{2}>")  # SentencePiece byte fallback: one byte, not its spelling
@@ -20,7 +21,7 @@ def text_pieces(vocab: dict[str, int], added: dict) -> list[str]:
     scan of the pieces end to end (a line that looks like one and is a piece is one), not a match per piece."""
     byte = {p for p in _BYTE_LINE.findall("\n".join(vocab)) if p in vocab}
     skip = added.keys() | byte if byte else added
-    return [p for p in vocab if p not in skip]
+    return list(itertools.filterfalse(skip.__contains__, vocab))  # the loop over 128k pieces in C
 
 
 def _byte_symbols() -> list[str]:
@@ -39,6 +40,7 @@ def _byte_symbols() -> list[str]:
 
 BYTE_SYMBOLS = _byte_symbols()  # indexed by byte value
 BYTE_OF = {ch: i for i, ch in enumerate(BYTE_SYMBOLS)}  # the other way: symbol -> byte value
+_BYTE_TABLE = str.maketrans({chr(b): s for b, s in enumerate(BYTE_SYMBOLS)})  # Latin-1 character -> symbol
 
 
 def byte_level(text: str) -> str:
@@ -47,7 +49,8 @@ def byte_level(text: str) -> str:
     A table lookup per UTF-8 byte: the same as the ByteLevel pre-tokenizer without its regex
     (tests/add/test_surgery.py checks it), without a call into Rust per word.
     """
-    return "".join([BYTE_SYMBOLS[b] for b in text.encode("utf-8", "surrogatepass")])
+    # each byte as the Latin-1 character of its value, then that character as its symbol: both in C
+    return text.encode("utf-8", "surrogatepass").decode("latin-1").translate(_BYTE_TABLE)
 
 
 def bytes_of(piece: str) -> bytes | None:
