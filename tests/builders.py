@@ -227,13 +227,28 @@ def family_tokenizer(family: str):
 
 
 # The tokenizer families above, each as its publishers ship it (the class in tokenizer_config.json), and the
-# DeepSeek V3 layout: a byte-level file under a config that names LlamaTokenizerFast, which transformers 5
-# loads as TokenizersBackend (it pads on the right, LlamaTokenizerFast on the left).
+# DeepSeek V3 layout: a byte-level file under a config that names LlamaTokenizerFast, which transformers 5.22 on
+# load as TokenizersBackend (it pads on the right, LlamaTokenizerFast on the left; see as_transformers_loads).
 ALL_FAMILIES = ["byte-level", "byte-level-gpt2", "byte-level-llama-class", "sp-bpe", "sp-bpe-file", "sp-bpe-meta",
                 "sp-bpe-gemma", "metaspace-bpe", "unigram", "unigram-file", "wordpiece-cased", "wordpiece-uncased"]
 SHIPPED_CLASS = {"sp-bpe-meta": {"tokenizer_class": "LlamaTokenizer", "legacy": True},
                  "sp-bpe-gemma": {"tokenizer_class": "GemmaTokenizer"},
                  "byte-level-llama-class": {"tokenizer_class": "LlamaTokenizerFast"}}
+
+
+def as_transformers_loads(path: Path):
+    """AutoTokenizer of `path` as transformers 5.22 on load it. 5.17 to 5.21 rebuild a LlamaTokenizer(Fast) over a
+    byte-level tokenizer.json (byte-level-llama-class, DeepSeek V3's layout) with SentencePiece's pipeline (a Russian
+    paragraph gets three ids, an <unk> is appended); 5.22 load it as written, and vocabsurgeon reads the input so
+    and writes a class that every version loads as written (issue 38)."""
+    from transformers import AutoTokenizer
+
+    cfg, file = path / "tokenizer_config.json", path / "tokenizer.json"
+    declared = read_json(cfg).get("tokenizer_class") or "" if cfg.exists() else ""
+    pipeline = {k: v for k, v in read_json(file).items() if k != "model"} if file.exists() else {}
+    if declared.removesuffix("Fast") == "LlamaTokenizer" and '"ByteLevel"' in json.dumps(pipeline):
+        return PreTrainedTokenizerFast.from_pretrained(str(path))  # transformers 5.22's TokenizersBackend
+    return AutoTokenizer.from_pretrained(str(path))
 
 
 def family_checkpoint(path: Path, family: str, rows_multiple: int = 1) -> Path:

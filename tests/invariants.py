@@ -94,10 +94,12 @@ def tokenizer_behaviour(tok) -> dict:
 def check_same_tokenizer_behaviour(src: Path, out: Path) -> None:
     """AutoTokenizer(out) behaves as AutoTokenizer(src) in every `tokenizer_behaviour` attribute. A special token
     that a class invents on load where src's tokenizer.json has none (GemmaTokenizer's <pad>, numbered after the
-    last token) is compared by content only: its id follows the new tokens."""
+    last token) is compared by content only: its id follows the new tokens. src is read as transformers 5.22 on
+    load it (`as_transformers_loads`: 5.17 to 5.21 rebuild DeepSeek V3's layout otherwise)."""
+    from builders import as_transformers_loads
     from transformers import AutoTokenizer
 
-    old, new = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(out)
+    old, new = as_transformers_loads(Path(src)), AutoTokenizer.from_pretrained(out)
     a, b = tokenizer_behaviour(old), tokenizer_behaviour(new)
     file = Path(src) / "tokenizer.json"
     if file.is_file():

@@ -78,3 +78,15 @@ def check_versions() -> None:
             f"{'; '.join(old)} (vocabsurgeon is tested from these versions on; older ones tokenize and load checkpoints "
             f"otherwise): pip install -U {upgrade}"
         )
+
+
+def older_than(name: str, release: str) -> str | None:
+    """The installed version of package `name` when it is older than `release` (a pre-release of `release`
+    counts as it), else None.
+
+    A family whose output an older library reads otherwise names its own floor in the architecture table;
+    this is how such a check reads the installed version.
+    """
+    found = version(name)
+    return found if _release(found) < _release(release) else None
+

@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from builders import ALL_FAMILIES, bytelevel_tokenizer, family_checkpoint, save_checkpoint
+from builders import ALL_FAMILIES, as_transformers_loads, bytelevel_tokenizer, family_checkpoint, save_checkpoint
 from invariants import check_resize_keeps_new_rows, check_same_tokenizer_behaviour
+from tokenizers import Tokenizer
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from vocabsurgeon import add_tokens
@@ -86,12 +87,16 @@ def test_a_llama_class_over_a_byte_level_file_keeps_its_padding_side_and_bos(add
     """DeepSeek V3's case: tokenizer_config names LlamaTokenizerFast (left padding) over a byte-level file, which
     transformers loads as that class or as TokenizersBackend (right padding) depending on its version; `add`
     wrote padding_side left and said it was kept where the input loaded with right padding (issue 32), and
-    transformers 4.57 lost the BOS (issue 38). The output pads, and starts a text, as the input does."""
+    transformers 4.57 lost the BOS, and 5.17 to 5.21 rebuild it with SentencePiece's pipeline (issue 38). The
+    output pads, and tokenizes text, as transformers 5.22 on load the input, in every supported version."""
     src, out, d = added("byte-level-llama-class")
-    old, new = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(out)
+    old, new = as_transformers_loads(src), AutoTokenizer.from_pretrained(out)
     assert new.padding_side == old.padding_side
     assert old.bos_token is not None and new.bos_token == old.bos_token
-    assert new("Hello world").input_ids == old("Hello world").input_ids
+    alone = Tokenizer.from_file(str(out / "tokenizer.json"))
+    for text in ("Hello world", "Университет открыл новую библиотеку.", "naïve Zoë 😀🎉"):
+        assert new(text).input_ids == old(text).input_ids, text
+        assert new(text, add_special_tokens=False).input_ids == alone.encode(text, add_special_tokens=False).ids, text
     assert not any("padding_side" in n and old.padding_side not in n for n in d["tokenizer_notes"]), d["tokenizer_notes"]
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from builders import family_checkpoint, read_json
+from builders import as_transformers_loads, family_checkpoint, read_json
 from click.testing import CliRunner
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer
@@ -72,7 +72,7 @@ def test_old_tokens_ids_and_merges_stay_and_new_merges_follow_in_order(built, fa
     new = result.plan.tokens.new
     assert [t.id for t in new] == list(range(result.plan.editor.size, result.plan.editor.size + len(new)))
     assert all(new_vocab[t.piece] == t.id for t in new)
-    a, b = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(out)
+    a, b = as_transformers_loads(src), AutoTokenizer.from_pretrained(out)
     # (a class may add default special tokens past the file's ids on load, GemmaTokenizer's <pad> and <mask> on this
     # tiny file: those follow the new pieces as they followed the old ones)
     specials = {t: i for t, i in zip(a.all_special_tokens, a.all_special_ids) if i < result.plan.editor.size}
@@ -80,10 +80,11 @@ def test_old_tokens_ids_and_merges_stay_and_new_merges_follow_in_order(built, fa
     assert len(b) == len(a) + len(new)
 
 
+@pytest.mark.floor  # transformers 5.17 to 5.21 load byte-level-llama-class's input otherwise (as_transformers_loads)
 @pytest.mark.parametrize("family", EXTENDED)
 def test_every_text_decodes_as_before_and_transformers_agrees_with_tokenizers(built, family):
     src, out, _ = built(family)
-    old, new = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(out)
+    old, new = as_transformers_loads(src), AutoTokenizer.from_pretrained(out)
     alone = Tokenizer.from_file(str(out / "tokenizer.json"))
     for text in TEXTS:
         ids = new(text, add_special_tokens=False)["input_ids"]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 
-from ..checkpoint.architectures import VocabLayout, detect, text_config, untie
+from ..checkpoint.architectures import VocabLayout, check_runs_new_ids, detect, text_config, untie
 from ..checkpoint.reader import Checkpoint
 from ..devices import check_device, check_dtype
 from ..errors import InputError
@@ -272,6 +272,7 @@ def open_target(src: str | os.PathLike, options: AddOptions | None = None, *, re
     layout = detect(ckpt, options.embedding_key, options.lm_head_key)
     if options.untie:
         layout = untie(ckpt, layout)
+    check_runs_new_ids(ckpt, layout)
     inp, outp = options.init_input or options.init, options.init_output or options.init
     if layout.tied:
         if options.init_input and options.init_output and options.init_input != options.init_output:

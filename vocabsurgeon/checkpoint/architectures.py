@@ -11,7 +11,8 @@ import logging
 from dataclasses import dataclass, field, replace
 
 from .reader import Checkpoint, same_bytes
-from ..errors import InputError
+from .._compat import older_than
+from ..errors import InputError, UnsupportedVersion
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +32,9 @@ class Architecture:
     # Config keys (top level or in text_config) that hold a vocabulary size; each one whose value
     # equals the embedding's rows is set to the new row count.
     vocab_keys: tuple[str, ...] = ("vocab_size",)
+    # The oldest transformers whose text-only model reads ids past an `extra` matrix that covers only the
+    # first ids (that matrix stays as is, so every new id is past it); older ones raise IndexError there.
+    partial_extra_since: str = ""
     notes: str = ""
 
 
@@ -46,8 +50,11 @@ ARCHITECTURES: tuple[Architecture, ...] = (
                  notes="embeddings are scaled by sqrt(hidden) at run time, not on disk"),
     Architecture("gemma3n", ("gemma3n", "gemma3n_text"), _DECODER,
                  extra=("embed_tokens_per_layer.weight",), vocab_keys=("vocab_size", "vocab_size_per_layer_input"),
+                 # 5.17-5.20's Gemma3nTextModel indexes the per-layer table with every id (IndexError past
+                 # it); their multimodal Gemma3nModel, and every model from 5.21 on, read row 0 there instead.
+                 partial_extra_since="5.21.0",
                  notes="the per-layer table grows only when it covers the whole vocabulary "
-                       "(vocab_size_per_layer_input == vocab_size); ids past it get zero per-layer inputs"),
+                       "(vocab_size_per_layer_input == vocab_size); ids past it get the per-layer inputs of id 0"),
     Architecture("gpt_neox", ("gpt_neox",), ("gpt_neox.embed_in.weight", "embed_in.weight"),
                  lm_head=("embed_out.weight",), tie_default=False),
     Architecture("opt", ("opt",), ("model.decoder.embed_tokens.weight", "decoder.embed_tokens.weight")),
@@ -211,6 +218,30 @@ def detect(ckpt: Checkpoint, embedding_key: str | None = None, lm_head_key: str 
     keys = _vocab_keys(config, arch.vocab_keys if arch else ("vocab_size",), rows)
     return VocabLayout(name, embedding, lm_head, tied, rows, aliases, biases, extra, keys,
                        model_type=config.get("model_type") or model_type)  # gemma3, not its gemma3_text
+
+
+def check_runs_new_ids(ckpt: Checkpoint, layout: VocabLayout) -> None:
+    """Refuse, before anything is written, to add ids the installed transformers cannot run this model on.
+
+    A family's text-only model may read a partial `extra` matrix (one that covers only the first ids and
+    stays as is) only from `partial_extra_since` on: older transformers raise IndexError on every new id.
+
+    Raises:
+        UnsupportedVersion: one line naming the matrix, the installed transformers and the upgrade.
+    """
+    arch = next((a for a in ARCHITECTURES if a.name == layout.architecture), None)
+    if arch is None or not arch.partial_extra_since or isinstance(ckpt.config.get("text_config"), dict):
+        return
+    partial = [n for n in (_find(ckpt, (e,)) for e in arch.extra)
+               if n and n not in layout.extra and ckpt.tensors[n].shape[0] < layout.rows]
+    found = partial and older_than("transformers", arch.partial_extra_since)
+    if found:
+        n = partial[0]
+        raise UnsupportedVersion(
+            f"{ckpt.path}: transformers {found} runs this {layout.kind} model only on ids below the "
+            f"{ckpt.tensors[n].shape[0]} rows of '{n}' (IndexError past them) and every new token's id is past them; "
+            f"pip install -U 'transformers>={arch.partial_extra_since}'"
+        )
 
 
 def _same_values(ckpt: Checkpoint, a: str, b: str) -> bool:

@@ -22,7 +22,7 @@ from ..checkpoint.filenames import STALE_SLOW_FILES, TOKENIZER_FILE
 from ..errors import InputError, VocabSurgeonError
 from ..tokenizer.chats import chat_samples
 from ..tokenizer.gguf_check import CHECK_TEXT, HASHED_FAMILIES
-from ..tokenizer.editor import NewToken, TokenizerEditor, TokenizerPlan
+from ..tokenizer.editor import BYTE_LEVEL_UNDER_LLAMA, NewToken, TokenizerEditor, TokenizerPlan
 from ..tokenizer.encoding import encode_ids
 from ..tokenizer.families import ByteLevelBPE, MetaspaceBPE, SentencePieceBPE
 from . import DEFAULT_MIN_COUNT
@@ -242,6 +242,9 @@ def plan_extend(target: Target, options: ExtendOptions, progress=None) -> Extend
         pieces = [t.id for t in model.tokenize(piece)]
         new.append(NewToken(piece, editor.text_of(piece), piece, start + i, "merge", pieces))
     tplan = TokenizerPlan(family, new, [], original=tok)
+    if editor.llama_class_over_byte_level():  # merges need no class of their own, but this one loads them otherwise
+        tplan.file_as_written = True
+        tplan.notes.append(editor.class_note(BYTE_LEVEL_UNDER_LLAMA))
     if editor.rewritten or editor.adopted:
         tplan.notes.append(f"{TOKENIZER_FILE} is written in the layout transformers loads the input with (same ids)")
     tplan.slow_model = editor.slow_model(tplan)

@@ -120,6 +120,10 @@ class TokenizerPlan:
                 "notes": self.notes, "contexts_not_one_token": self.contexts, "longer_words_resplit": self.resplits}
 
 
+# Why a LlamaTokenizer(Fast) class over a byte-level tokenizer.json is replaced (`llama_class_over_byte_level`)
+BYTE_LEVEL_UNDER_LLAMA = ("transformers 5.17 to 5.21 rebuild a byte-level tokenizer.json under LlamaTokenizer with "
+                          "SentencePiece's pre-tokenizer, which gives most text other ids; 5.22 on load it as written")
+
 # What a tokenizer class may set for itself (LlamaTokenizer pads on the left) that a tokenizer loaded as
 # written (PreTrainedTokenizerFast) takes from tokenizer_config.json only.
 CLASS_ATTRIBUTES = ("padding_side", "truncation_side", "model_input_names")
@@ -503,12 +507,10 @@ class TokenizerEditor:
         set_ignore = self.family is not None and self.family.needs_ignore_merges(new)
         why_as_written = ("model-specific classes rebuild it from vocab and merges and would drop ignore_merges"
                           if set_ignore else self.family.rebuild_breaks(new) if self.family is not None else None)
-        old_class = (self.config or {}).get("tokenizer_class")
-        if why_as_written and old_class not in FILE_AS_WRITTEN_CLASSES:
-            kept = "".join(f", {k} {f'({len(v)} tokens)' if isinstance(v, list) else repr(v)} kept"
-                           for k, v in self._class_defaults().items())
-            notes.append(f"tokenizer_class {old_class} -> PreTrainedTokenizerFast, so transformers loads tokenizer.json "
-                         f"as written ({why_as_written}{kept})")
+        if not why_as_written and self.llama_class_over_byte_level():
+            why_as_written = BYTE_LEVEL_UNDER_LLAMA
+        if why_as_written and (self.config or {}).get("tokenizer_class") not in FILE_AS_WRITTEN_CLASSES:
+            notes.append(self.class_note(why_as_written))
         gap = None
         if isinstance(self.model.get("vocab"), list) and new and start > len(self.model["vocab"]):  # Unigram
             gap = (len(self.model["vocab"]), start)
@@ -699,6 +701,41 @@ class TokenizerEditor:
                     self._forced_class = name
         return self._forced_class
 
+    def class_note(self, why: str) -> str:
+        """The note of a plan whose tokenizer_config.json gets tokenizer_class PreTrainedTokenizerFast, for reason `why`."""
+        kept = "".join(f", {k} {f'({len(v)} tokens)' if isinstance(v, list) else repr(v)} kept"
+                       for k, v in self._class_defaults().items())
+        return (f"tokenizer_class {(self.config or {}).get('tokenizer_class')} -> PreTrainedTokenizerFast, so "
+                f"transformers loads tokenizer.json as written ({why}{kept})")
+
+    def llama_class_over_byte_level(self) -> str | None:
+        """The class tokenizer_config.json names where it is LlamaTokenizer(Fast) over a byte-level tokenizer.json
+        (DeepSeek V3's layout), else None.
+
+        transformers 5.22 on load such a file as written (TokenizersBackend); 5.17 to 5.21 rebuild it with
+        LlamaTokenizer's SentencePiece pipeline (Metaspace), which gives most text other ids (a Russian paragraph
+        three). So the input is read as 5.22 loads it and the output names PreTrainedTokenizerFast, which every
+        supported transformers loads as written. The test is transformers 5.22's own (tokenization_auto.py: no
+        auto_map, the model type not Mistral's, '"ByteLevel"' in tokenizer.json: here in its pipeline)."""
+        if not hasattr(self, "_llama_over_byte_level"):
+            self._llama_over_byte_level = None
+            cfg = self.config or {}
+            declared = cfg.get("tokenizer_class")
+            if self.converted_from is None and isinstance(declared, str) \
+                    and declared.removesuffix("Fast") == "LlamaTokenizer" and not cfg.get("auto_map") \
+                    and '"ByteLevel"' in json.dumps([self.data.get(k) for k in PIPELINE]):
+                config_file = self.dir / CONFIG_NAME
+                config = self.model_config if self.model_config is not None \
+                    else read_json(config_file) if config_file.exists() else {}
+                try:
+                    from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES
+                except Exception:  # noqa: BLE001 - no mapping to ask: no model type is Mistral's
+                    TOKENIZER_MAPPING_NAMES = {}
+                mapped = TOKENIZER_MAPPING_NAMES.get(config.get("model_type")) or ""
+                if not isinstance(mapped, str) or mapped.removesuffix("Fast") != "MistralCommonBackend":
+                    self._llama_over_byte_level = declared
+        return self._llama_over_byte_level
+
     def loads_otherwise(self) -> tuple[str, str] | None:
         """Where transformers loads the input with a class that rebuilds the tokenizer (tokenizer_class, or
         `forced_class`) and the rebuilt one tokenizes old text otherwise than tokenizer.json as written does:
@@ -738,9 +775,11 @@ class TokenizerEditor:
         when transformers cannot load it. The plan, its chat samples and validation share it."""
         if not hasattr(self, "_as_loaded"):
             try:
-                from transformers import AutoTokenizer
+                from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-                self._as_loaded = AutoTokenizer.from_pretrained(str(self.dir), trust_remote_code=False)
+                # as transformers >= 5.22 loads it (5.17 to 5.21 rebuild it with Metaspace: llama_class_over_byte_level)
+                loader = PreTrainedTokenizerFast if self.llama_class_over_byte_level() else AutoTokenizer
+                self._as_loaded = loader.from_pretrained(str(self.dir), trust_remote_code=False)
             except Exception as e:  # transformers raises many types; then every difference counts
                 logger.info("transformers cannot load %s (%s: %s)", self.dir, type(e).__name__, e)
                 self._as_loaded = None
