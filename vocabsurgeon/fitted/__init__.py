@@ -49,8 +49,7 @@ def fit_rows(src: str | Path, tokens: list[FitToken], roles: set[str], options: 
         raise InputError(f"fit target {opts.target!r} is not one of corpus, model")
     if opts.output_start not in OUTPUT_STARTS:
         raise InputError(f"fit output start {opts.output_start!r} is not one of {', '.join(OUTPUT_STARTS)}")
-    if opts.kl_limit is not None and not (math.isfinite(opts.kl_limit) and opts.kl_limit >= 0):
-        raise InputError(f"--fit-kl-limit {opts.kl_limit}: must be a finite number of nats >= 0")
+    _check_kl_limit(opts)
     say = progress or (lambda stage, done, total: None)
     src = Path(src)
     kind = check_kind(src)
@@ -88,8 +87,7 @@ def shrink_rows(src: str | Path, tokens: list[FitToken], options: FitOptions | N
         1.0
     """
     opts = options or FitOptions()
-    if opts.kl_limit is not None and not (math.isfinite(opts.kl_limit) and opts.kl_limit >= 0):
-        raise InputError(f"--fit-kl-limit {opts.kl_limit}: must be a finite number of nats >= 0")
+    _check_kl_limit(opts)
     src = Path(src)
     kind = model_kind(src)
     if kind.task != "causal":
@@ -99,6 +97,12 @@ def shrink_rows(src: str | Path, tokens: list[FitToken], options: FitOptions | N
     from .shrunk import shrink_subword_rows
 
     return shrink_subword_rows(src, kind, tokens, opts, progress or (lambda stage, done, total: None))
+
+
+def _check_kl_limit(opts: FitOptions) -> None:
+    """--fit-kl-limit, read by both the fit's shrink and subword-mean-shrunk's: a finite number of nats >= 0."""
+    if opts.kl_limit is not None and not (math.isfinite(opts.kl_limit) and opts.kl_limit >= 0):
+        raise InputError(f"--fit-kl-limit {opts.kl_limit}: must be a finite number of nats >= 0")
 
 
 def check_kind(src: Path) -> ModelKind:
