@@ -373,6 +373,8 @@ class Strategy:
     constant: bool = False  # every row is the same: computed and encoded once, its bytes repeated
     needs_model: bool = False  # runs the model (fitted.fit_rows, fitted.shrink_rows) before the rows are computed
     model_roles: tuple[str, ...] = ("input", "output")  # with needs_model: the roles whose rows the model gives
+    # What an untied model's input rows get instead when "input" is not in model_roles (their init, as recorded)
+    untied_input: str | None = None
     brief: str = ""  # `add --help`'s line (lines) for it; strategies with the same brief share one
     # (stats, eps, name) -> the memo of its matrix (`InitContext.memo`): work that depends on the old rows'
     # statistics and the options only, done once per matrix, before the tokens are known when `add` can
@@ -394,7 +396,7 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy("subword-mean-shrunk", subword_mean_shrunk, False,
                  "the sub-word mean, its output rows (the shared row when tied) shrunk toward the mean row until the "
                  "held-out old-text KL meets fitted's limits (see fitted/shrunk.py); input rows the sub-word mean",
-                 needs_model=True, model_roles=("output",),
+                 needs_model=True, model_roles=("output",), untied_input="subword-mean",
                  brief="the sub-word mean, output rows shrunk toward the mean row\n"
                        "until old text keeps its KL limit (runs the model once)"),
         Strategy("fitted", fitted, False,

@@ -76,7 +76,12 @@ def test_untied_input_rows_are_the_plain_subword_mean_and_output_rows_shrink_to_
     r = add_tokens(src, tmp_path / "out", LOTR, init="subword-mean-shrunk", fit_kl_limit=limit, device="cpu")
     d = r.to_dict()
     lay = r.plan.layout
-    assert d["tensors"][lay.embedding]["init"] == d["tensors"][lay.lm_head]["init"] == "subword-mean-shrunk"
+    # each matrix is recorded as what it got: the input rows are not shrunk
+    assert d["tensors"][lay.embedding]["init"] == d["init"]["input"] == "subword-mean"
+    assert d["tensors"][lay.lm_head]["init"] == d["init"]["output"] == "subword-mean-shrunk"
+    card = (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
+    assert "| init | input embedding: `subword-mean`; output: `subword-mean-shrunk`;" in card
+    assert f"| `{lay.embedding}` | 2048 → " in card and "| `subword-mean` |" in card
     assert _rows(tmp_path / "out", lay.embedding).tobytes() == _rows(tmp_path / "plain", lay.embedding).tobytes()
     shrink, kl = d["shrink"]["output"]["shrink"], d["shrink"]["output"]["old_text_kl"]
     assert d["shrink"]["tied"] is False and shrink["limit_mean"] == limit and 0.0 <= shrink["a"] < 1.0

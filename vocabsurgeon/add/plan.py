@@ -111,7 +111,10 @@ class Target:
         """The init strategy of one vocabulary tensor."""
         lay = self.layout
         if name in (lay.embedding, *lay.aliases):
-            return self.options.init_input
+            init = self.options.init_input
+            # untied input rows that the init does not take from the model (subword-mean-shrunk's are the plain
+            # sub-word mean): recorded as what they are
+            return (get_strategy(init).untied_input or init) if not lay.tied else init
         if name == lay.lm_head:
             return self.options.init_input if lay.tied else self.options.init_output
         return "mean"
@@ -187,7 +190,7 @@ class Plan:
             "tokenizer_family": self.tokens.family,
             "tensors": {n: {"rows_before": self.rows_before, "rows_after": self.rows_after,
                             "init": self.strategy_for(n)} for n in lay.all_tensors},
-            "init": {"input": self.options.init_input,
+            "init": {"input": self.strategy_for(lay.embedding),
                      "output": self.options.init_input if lay.tied else self.options.init_output,
                      "bias": "mean", "eps": self.options.eps},
             "seed": self.options.seed,
