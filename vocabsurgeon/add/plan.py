@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 
-from ..checkpoint.architectures import VocabLayout, check_runs_new_ids, detect, text_config, untie
+from ..checkpoint.architectures import VocabLayout, check_runs_new_ids, check_text_ids, detect, text_config, text_id_limit, untie
 from ..checkpoint.reader import Checkpoint
 from ..devices import check_device, check_dtype
 from ..errors import InputError
@@ -312,9 +312,14 @@ def plan_tokens(target: Target, tokens: list[str]) -> Plan:
     # resize_token_embeddings(len(tokenizer)) keeps every new row: the padding rows past the tokenizer
     # are taken first (their values replaced), rows are appended only past them. --reuse-reserved hands
     # out every unused row and the reserved placeholders first, then appends.
-    reuse = editor.reusable_ids(layout.rows) if options.reuse_reserved else None
+    limit = text_id_limit(ckpt.config, layout)  # multimodal Gemma 3n: ids from its vision offset on are not text
+    reuse = editor.reusable_ids(min(layout.rows, limit[0]) if limit else layout.rows) if options.reuse_reserved else None
     tplan = editor.plan(tokens, special=options.special, first_id=layout.rows if reuse else size, reuse=reuse,
                         corpus=_check_texts(options))
+    if limit:
+        check_text_ids(ckpt, layout, [t.id for t in tplan.new],
+                       "it has too few unused placeholder tokens below that for them: add fewer tokens" if reuse else
+                       f"pass --reuse-reserved to put them on the tokenizer's unused placeholder tokens below {limit[0]}")
     if options.strict and tplan.skipped:
         first = tplan.skipped[0]
         raise InputError(f"--strict: {len(tplan.skipped)} token(s) would be skipped, e.g. {first['token']!r}: "

@@ -35,6 +35,11 @@ class Architecture:
     # The oldest transformers whose text-only model reads ids past an `extra` matrix that covers only the
     # first ids (that matrix stays as is, so every new id is past it); older ones raise IndexError there.
     partial_extra_since: str = ""
+    # Config paths ("audio_config.vocab_offset") of the first id that the family's multimodal model reads as
+    # another modality's token: it routes every id from the smallest of them on away from the text embedding
+    # (Gemma3nModel.forward: [vision offset, audio offset) to embed_vision, the rest to embed_audio), so a new
+    # token needs an id below it (`text_id_limit`).
+    modality_offsets: tuple[str, ...] = ()
     notes: str = ""
 
 
@@ -53,6 +58,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
                  # 5.17-5.20's Gemma3nTextModel indexes the per-layer table with every id (IndexError past
                  # it); their multimodal Gemma3nModel, and every model from 5.21 on, read row 0 there instead.
                  partial_extra_since="5.21.0",
+                 modality_offsets=("vision_config.vocab_offset", "audio_config.vocab_offset"),
                  notes="the per-layer table grows only when it covers the whole vocabulary "
                        "(vocab_size_per_layer_input == vocab_size); ids past it get the per-layer inputs of id 0"),
     Architecture("gpt_neox", ("gpt_neox",), ("gpt_neox.embed_in.weight", "embed_in.weight"),
@@ -242,6 +248,34 @@ def check_runs_new_ids(ckpt: Checkpoint, layout: VocabLayout) -> None:
             f"{ckpt.tensors[n].shape[0]} rows of '{n}' (IndexError past them) and every new token's id is past them; "
             f"pip install -U 'transformers>={arch.partial_extra_since}'"
         )
+
+
+def text_id_limit(config: dict, layout: VocabLayout) -> tuple[int, str] | None:
+    """(the first id the multimodal model reads as another modality's token, the config path that says so),
+    or None where every id is text (`Architecture.modality_offsets`; only configs that have those sections)."""
+    arch = next((a for a in ARCHITECTURES if a.name == layout.architecture), None)
+    found = []
+    for path in arch.modality_offsets if arch else ():
+        section, key = path.split(".")
+        value = (config.get(section) or {}).get(key) if isinstance(config.get(section), dict) else None
+        if isinstance(value, int):
+            found.append((value, path))
+    return min(found) if found else None
+
+
+def check_text_ids(ckpt: Checkpoint, layout: VocabLayout, ids: list[int], next_step: str) -> None:
+    """Refuse new token ids that the family's multimodal model would read as image or audio tokens.
+
+    Raises:
+        InputError: one line naming the config key, the first such id and `next_step`.
+    """
+    limit = text_id_limit(ckpt.config, layout)
+    past = sorted(i for i in ids if limit and i >= limit[0])
+    if past:
+        cls = (ckpt.config.get("architectures") or [f"the {layout.model_type} model"])[0]
+        raise InputError(
+            f"{ckpt.path / 'config.json'}: {cls} reads every id from {limit[0]} on ({limit[1]}) as an image or audio "
+            f"token, not text, and {len(past)} new token(s) would get ids from {past[0]} on; {next_step}")
 
 
 def _same_values(ckpt: Checkpoint, a: str, b: str) -> bool:

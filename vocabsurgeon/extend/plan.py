@@ -18,6 +18,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from ..add.plan import Plan, Target, padding_multiple
+from ..checkpoint.architectures import check_text_ids
 from ..checkpoint.filenames import STALE_SLOW_FILES, TOKENIZER_FILE
 from ..errors import InputError, VocabSurgeonError
 from ..tokenizer.chats import chat_samples
@@ -206,6 +207,10 @@ def plan_extend(target: Target, options: ExtendOptions, progress=None) -> Extend
         raise InputError(
             f"{ckpt.path / TOKENIZER_FILE}: the tokenizer has ids up to {editor.size - 1}, but '{layout.embedding}' "
             f"has only {layout.rows} rows; tokenizer and weights disagree, refusing to guess")
+    # before learning: multimodal Gemma 3n reads ids past its text tokens as image and audio tokens
+    check_text_ids(ckpt, layout, list(range(editor.size, editor.size + options.new_tokens)),
+                   "extend appends its tokens after the last one; `add --reuse-reserved` puts whole words on the "
+                   "tokenizer's unused placeholder tokens instead")
     family = editor.family_name
     if family not in (ByteLevelBPE.name, SentencePieceBPE.name, MetaspaceBPE.name):
         kind = editor.model.get("type") or family
