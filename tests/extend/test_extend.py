@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from builders import as_transformers_loads, family_checkpoint, read_json
 from click.testing import CliRunner
+from hypothesis import given, settings, strategies as st
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer
 
@@ -20,7 +21,7 @@ from vocabsurgeon.corpus import MAX_ITEM_CHARS, Reader
 from vocabsurgeon.extend.learn import count_words, words_of
 from vocabsurgeon.extend.pipeline import run_extend
 from vocabsurgeon.extend.plan import PACKAGED_CORPUS, ExtendOptions, paragraphs, plan_extend
-from vocabsurgeon.tokenizer.encoding import encode_ids
+from vocabsurgeon.tokenizer.encoding import encode_ids, unpadded
 from vocabsurgeon.trim.tokenizer import merge_parts
 
 REPO = Path(__file__).resolve().parents[2]
@@ -159,6 +160,64 @@ def test_keep_text_of_a_byte_level_bpe_with_ignore_merges_keeps_whole_words(tmp_
         len(encode_ids(old, [CORPUS.read_text(encoding="utf-8")])[0])
 
 
+# --keep-text as a user passes it: the packaged English sample. Unseen English: fixtures/corpus_lotr.txt, whose words
+# the corpus below also holds, so that merges of English pieces are there to be learned
+KEEP_CHARS = sorted(set(OLD_TEXT := PACKAGED_CORPUS.read_text(encoding="utf-8")))
+LOTR = paragraphs(REPO / "fixtures" / "corpus_lotr.txt")
+# byte-level BPE with and without ignore_merges, SentencePiece BPE in its layouts (Llama 2's: no pre-tokenizer)
+KEEP_FAMILIES = [("byte-level", False), ("byte-level", True), ("byte-level-gpt2", False), ("sp-bpe", False),
+                 ("sp-bpe-meta", False), ("metaspace-bpe", False)]
+
+
+@pytest.fixture(scope="module")
+def kept(tmp_path_factory):
+    """(family, ignore_merges) -> (old tokenizer, new tokenizer, plan): extended with --keep-text on a corpus of
+    the new language and English that the keep file lacks."""
+    done = {}
+
+    def get(family: str, ignore_merges: bool):
+        if (family, ignore_merges) not in done:
+            base = tmp_path_factory.mktemp(family)
+            src = family_checkpoint(base / "ckpt", family)
+            if ignore_merges:
+                data = read_json(src / "tokenizer.json")
+                data["model"]["ignore_merges"] = True
+                (src / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+            mixed = base / "mixed.txt"
+            mixed.write_text(CORPUS.read_text(encoding="utf-8") + "\n\n" + "\n\n".join(LOTR), encoding="utf-8")
+            plan = plan_extend(open_target(src), ExtendOptions(mixed, 200, PACKAGED_CORPUS))
+            new = unpadded(Tokenizer.from_str(json.dumps(plan.editor.edited(plan.tokens))))
+            done[family, ignore_merges] = plan.tokens.original, new, plan
+        return done[family, ignore_merges]
+
+    return get
+
+
+@pytest.mark.parametrize("family, ignore_merges", KEEP_FAMILIES)
+def test_keep_text_keeps_unseen_text_written_in_its_characters(kept, family, ignore_merges):
+    """Not only the keep file: other English paragraphs, their words reordered, keep their ids, because every new
+    piece holds a character the keep file lacks; the new language still compresses."""
+    old, new, plan = kept(family, ignore_merges)
+    unseen = [p for p in LOTR if set(p) <= set(KEEP_CHARS)]
+    words = " ".join(unseen).split()
+    unseen += [" ".join(sorted(words)), " ".join(reversed(words)), "".join(words[:50])]
+    assert len(unseen) >= 15 and not any(p in OLD_TEXT for p in LOTR)
+    assert encode_ids(new, unseen) == encode_ids(old, unseen)
+    assert [(o.changed, o.inside_changed) for o in plan.old_text] == [(0, 0), (0, 0)]
+    language = paragraphs(CORPUS)
+    assert sum(map(len, encode_ids(new, language))) < 0.8 * sum(map(len, encode_ids(old, language)))
+    assert plan.learned.refused  # English pairs of the corpus were refused
+
+
+@pytest.mark.parametrize("family, ignore_merges", KEEP_FAMILIES)
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.text(alphabet=KEEP_CHARS, max_size=40) | st.sampled_from(" ".join(LOTR).split()), max_size=12))
+def test_keep_text_keeps_any_text_of_its_characters(kept, family, ignore_merges, parts):
+    old, new, _ = kept(family, ignore_merges)
+    text = " ".join(parts)
+    assert new.encode(text, add_special_tokens=False).ids == old.encode(text, add_special_tokens=False).ids
+
+
 @pytest.mark.parametrize("family, kind", [("unigram", "Unigram"), ("unigram-file", "Unigram"),
                                           ("wordpiece-cased", "WordPiece"), ("wordpiece-uncased", "WordPiece")])
 def test_refused_families_say_why_and_write_nothing(tmp_path, family, kind):
@@ -235,6 +294,8 @@ def test_published_tokenizers_extend_with_old_text_kept_and_loaders_agreeing(pub
             assert b == a, text
         n_old, n_new = n_old + len(a), n_new + len(b)
     assert n_new < n_old
+    unseen = [p for p in LOTR if set(p) <= set(KEEP_CHARS)]  # English that --keep-text lacks, in its characters
+    assert encode_ids(alone, unseen) == encode_ids(Tokenizer.from_file(str(src / "tokenizer.json")), unseen)
     if name == "llama3":
         assert read_json(out / "tokenizer.json")["model"]["ignore_merges"] is True
     if name == "mistral-v0.1":  # SentencePiece reads the written .model as tokenizer.json reads it
