@@ -295,7 +295,8 @@ def test_published_tokenizers_extend_with_old_text_kept_and_loaders_agreeing(pub
         n_old, n_new = n_old + len(a), n_new + len(b)
     assert n_new < n_old
     unseen = [p for p in LOTR if set(p) <= set(KEEP_CHARS)]  # English that --keep-text lacks, in its characters
-    assert encode_ids(alone, unseen) == encode_ids(Tokenizer.from_file(str(src / "tokenizer.json")), unseen)
+    assert [new(t, add_special_tokens=False)["input_ids"] for t in unseen] == \
+           [old(t, add_special_tokens=False)["input_ids"] for t in unseen]
     if name == "llama3":
         assert read_json(out / "tokenizer.json")["model"]["ignore_merges"] is True
     if name == "mistral-v0.1":  # SentencePiece reads the written .model as tokenizer.json reads it
