@@ -147,16 +147,17 @@ def _published_rows(results: Path | None) -> list[dict]:
     rows = []
     for line in text.split(BEGIN, 1)[1].split(END, 1)[0].splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) != 11 or cells[0] not in ("gpt2", "llama2"):
+        if len(cells) not in (11, 12) or cells[0] not in ("gpt2", "llama2"):
             continue
         num = lambda c: int(c.replace(",", ""))  # noqa: E731
+        outside = cells.pop(10) if len(cells) == 12 else "-"  # 11 cells: before the column was there
         (ext, rec), (ch, kept, rch), (secs, load) = (cells[8].split(" / "), cells[9].split(" / "),
                                                      cells[10].rstrip(")").split(" ("))
         rows.append({"tokenizer": cells[0], "lang": cells[1], "n": num(cells[2]), "corpus_mb": float(cells[3]),
                      "original": float(cells[4]), "extend": float(cells[5]), "kept": float(cells[6]),
                      "recipe": float(cells[7]), "extend_tokens": num(ext), "recipe_tokens": num(rec),
                      "extend_changed": int(ch), "kept_changed": int(kept), "recipe_changed": int(rch),
-                     "seconds": float(secs), "load": load})
+                     "seconds": float(secs), "load": load, "outside_keep": None if outside == "-" else num(outside)})
     return rows
 
 
@@ -175,11 +176,12 @@ def compression(sizes: list[int], langs: list[str], results: Path | None = None,
     tiny_llama = bench.fixture_module("published").tiny_llama
 
     from vocabsurgeon.add.plan import AddOptions, open_target
-    from vocabsurgeon.extend.plan import PACKAGED_CORPUS, ExtendOptions, paragraphs, plan_extend
+    from vocabsurgeon.extend.plan import PACKAGED_CORPUS, ExtendOptions, old_text_changes, paragraphs, plan_extend
     from vocabsurgeon.tokenizer.encoding import unpadded
     from tokenizers import Tokenizer
 
     man = man_texts("/usr/share/man")
+    WORK.mkdir(parents=True, exist_ok=True)
     keep = WORK / "en-keep.txt"  # --keep-text: half of the English pages; the other half is the old text measured
     keep.write_text("\n\n".join(man[0::2][:2000]), encoding="utf-8")
     english = man[1::2][:2000] + paragraphs(PACKAGED_CORPUS)
@@ -198,6 +200,8 @@ def compression(sizes: list[int], langs: list[str], results: Path | None = None,
                 new = unpadded(Tokenizer.from_str(json.dumps(plan.editor.edited(plan.tokens))))
                 kept = plan_extend(open_target(ckpt, AddOptions()), ExtendOptions(path, n, keep))
                 new_kept = unpadded(Tokenizer.from_str(json.dumps(kept.editor.edited(kept.tokens))))
+                # only old text holding a character (byte) that the keep file lacks can change under --keep-text
+                held_old = old_text_changes(old, new_kept, "English", english, kept.keep_chars, kept.split)
                 rec, appended = recipe(plan.editor, path, n)
                 row = {"tokenizer": name, "lang": lang, "n": n, "corpus_mb": round(path.stat().st_size / 1e6, 1),
                        "original": tokens_per_byte(old, held), "extend": tokens_per_byte(new, held),
@@ -205,6 +209,8 @@ def compression(sizes: list[int], langs: list[str], results: Path | None = None,
                        "kept": tokens_per_byte(new_kept, held), "kept_changed": changed(old, new_kept, english),
                        "recipe_tokens": appended, "extend_changed": changed(old, new, english),
                        "recipe_changed": changed(old, rec, english), "old_texts": len(english),
+                       "outside_keep": held_old.outside, "kept_changed_inside_keep": held_old.inside_changed,
+                       "kept_refused": kept.learned.refused,
                        "seconds": round(seconds, 1), "load": bench.load_average(bench.uptime())}
                 print(row, flush=True)
                 rows.append(row)
@@ -216,15 +222,20 @@ def compression(sizes: list[int], langs: list[str], results: Path | None = None,
 def _table(rows: list[dict], n_old: int) -> str:
     lines = [f"Held-out tokens per byte (lower is better) and old-text paragraphs whose ids changed, "
              f"{bench.machine_line()}. Old text: {n_old:,} paragraphs of English manual pages and the packaged "
-             "sample; `--keep-text`: 2,000 other paragraphs of the English pages.",
+             "sample; `--keep-text`: 2,000 other paragraphs of the English pages. Old text outside the keep file: "
+             "paragraphs holding a byte (gpt2) or character (llama2) that the keep file lacks, the only ones that "
+             "`--keep-text` lets change (- : a row measured before `--keep-text` kept text by its characters, when "
+             "it kept only the file's pairs).",
              "", "| tokenizer | text | N | corpus MB | original | extend | extend --keep-text | recipe | tokens added "
-             "(extend / recipe) | old text changed (extend / --keep-text / recipe) | extend s (load) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "(extend / recipe) | old text changed (extend / --keep-text / recipe) | old text outside the keep file "
+             "| extend s (load) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        outside = "-" if r.get("outside_keep") is None else f"{r['outside_keep']:,}"
         lines.append(f"| {r['tokenizer']} | {r['lang']} | {r['n']:,} | {r['corpus_mb']} | {r['original']:.4f} | "
                      f"{r['extend']:.4f} | {r['kept']:.4f} | {r['recipe']:.4f} | {r['extend_tokens']:,} / "
                      f"{r['recipe_tokens']:,} | {r['extend_changed']} / {r['kept_changed']} / {r['recipe_changed']} | "
-                     f"{r['seconds']} ({r['load']}) |")
+                     f"{outside} | {r['seconds']} ({r['load']}) |")
     return "\n".join(lines)
 
 

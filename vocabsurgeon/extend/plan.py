@@ -47,7 +47,7 @@ class ExtendOptions:
 
     corpus: str | os.PathLike
     new_tokens: int
-    keep_text: str | os.PathLike | None = None  # no new merge may change this file's tokens
+    keep_text: str | os.PathLike | None = None  # text in this file's characters keeps its tokens
     min_count: int = DEFAULT_MIN_COUNT  # a merge's pair must occur at least this often in the corpus
 
     def check(self) -> ExtendOptions:
@@ -114,6 +114,8 @@ class ExtendPlan(Plan):
     extend: ExtendOptions | None = None
     corpus_bytes: int = 0
     old_text: list[OldText] = field(default_factory=list)
+    keep_chars: set[str] | None = None  # --keep-text's characters in the model's spelling: a new piece holds another
+    split: object = None  # where words are cut inside a pre-token (`word_split`), for `old_text_changes`
 
     new_pieces = True  # the new tokens are sub-word pieces, not words: validation checks no word is one token
 
@@ -275,7 +277,7 @@ def plan_extend(target: Target, options: ExtendOptions, progress=None) -> Extend
     rewrite = target.vocab_files
     copy = [f for f in ckpt.shards if f not in rewrite]
     plan = ExtendPlan(target, editor, tplan, layout.rows, rows_after, rewrite, copy, dropped,
-                      learned=learned, extend=options, corpus_bytes=n_bytes)
+                      learned=learned, extend=options, corpus_bytes=n_bytes, keep_chars=keep_chars, split=split)
     edited = editor.edited_tokenizer(tplan)
     samples = [(str(options.keep_text), keep)] if keep else []
     samples.append(("(packaged sample)", paragraphs(PACKAGED_CORPUS)))
