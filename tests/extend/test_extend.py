@@ -209,6 +209,20 @@ def test_keep_text_keeps_unseen_text_written_in_its_characters(kept, family, ign
     assert plan.learned.refused  # English pairs of the corpus were refused
 
 
+@pytest.mark.parametrize("family", ["byte-level", "sp-bpe-meta", "metaspace-bpe"])
+def test_keep_text_counts_the_blank_lines_between_its_paragraphs(tmp_path, family):
+    """A keep file of one-line paragraphs: its newlines are characters of it too, so text with newlines keeps."""
+    src = family_checkpoint(tmp_path / "ckpt", family)
+    keep = tmp_path / "keep.txt"
+    keep.write_text("\n\n".join(" ".join(p.split()) for p in paragraphs(PACKAGED_CORPUS)), encoding="utf-8")
+    corpus = tmp_path / "corpus.txt"  # the new language, its lines broken as a text file breaks them
+    corpus.write_text("\n".join(CORPUS.read_text(encoding="utf-8").split()), encoding="utf-8")
+    plan = plan_extend(open_target(src), ExtendOptions(corpus, 100, keep))
+    old, new = plan.tokens.original, unpadded(Tokenizer.from_str(json.dumps(plan.editor.edited(plan.tokens))))
+    texts = OLD + ["\n".join(LOTR[0].split()[:20]), "a\nb\n\nc"]
+    assert encode_ids(new, texts) == encode_ids(old, texts)
+
+
 @pytest.mark.parametrize("family, ignore_merges", KEEP_FAMILIES)
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.text(alphabet=KEEP_CHARS, max_size=40) | st.sampled_from(" ".join(LOTR).split()), max_size=12))

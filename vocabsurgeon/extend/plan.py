@@ -188,6 +188,11 @@ def paragraphs(path: str | os.PathLike) -> list[str]:
     return parts if len(parts) > 1 else [p for p in text.splitlines() if p.strip()]
 
 
+def lines(path: str | os.PathLike) -> list[str]:
+    """The lines of a UTF-8 file with their ends: every character of it, the blank lines between paragraphs too."""
+    return Path(path).read_text(encoding="utf-8-sig").splitlines(keepends=True)
+
+
 def _mergeable(editor: TokenizerEditor):
     """Whether a piece may be merged: not a byte-fallback piece, an added or special token, or the unknown piece."""
     unk = editor.model.get("unk_token")
@@ -234,7 +239,7 @@ def plan_extend(target: Target, options: ExtendOptions, progress=None) -> Extend
     forbidden = words_of(tok, [*chats, *checked], split)
     # --keep-text by its characters, not its pairs: every new piece holds a character (byte) the file lacks, so any
     # text spelled in the file's characters alone keeps its tokens, not only the file (learn.py)
-    keep_chars = spelling(tok, keep, split) if keep else None
+    keep_chars = spelling(tok, lines(options.keep_text), split) if keep else None  # the file's, newlines too
     vocab = {**editor.vocab, **{c: t["id"] for c, t in editor.added.items()}}
     learned = learn_merges(tok, words, options.new_tokens, vocab=vocab, mergeable=_mergeable(editor),
                            forbidden_words=forbidden, keep_chars=keep_chars,
