@@ -18,7 +18,7 @@ from vocabsurgeon.checkpoint.reader import Checkpoint
 from vocabsurgeon.cli.commands import cli
 from vocabsurgeon.errors import InputError
 from vocabsurgeon.corpus import MAX_ITEM_CHARS, Reader
-from vocabsurgeon.extend.learn import count_words, words_of
+from vocabsurgeon.extend.learn import KEEP_PIECE, count_words, words_of
 from vocabsurgeon.extend.pipeline import run_extend
 from vocabsurgeon.extend.plan import PACKAGED_CORPUS, ExtendOptions, paragraphs, plan_extend
 from vocabsurgeon.tokenizer.encoding import encode_ids, unpadded
@@ -134,7 +134,11 @@ def test_keep_text_keeps_its_tokens_and_the_chat_template_keeps_its_ids(tmp_path
     changed = {o.source: o.changed for o in free.plan.old_text}
     assert changed["(packaged sample)"] > 0  # without --keep-text the English sample does change here
     assert [o.changed for o in kept.plan.old_text] == [0, 0]
-    assert kept.plan.learned.refused  # pairs of the English text were refused
+    assert kept.plan.learned.refused[KEEP_PIECE] > 0  # pieces of the English text's characters alone were refused
+    report = kept.plan.to_dict()["extend"]
+    assert [o["outside_keep_text"] for o in report["old_text"]] == [0, 0]  # the sample is in the file's characters
+    assert report["pairs_refused"] == kept.plan.learned.refused
+    assert [o["outside_keep_text"] for o in free.plan.to_dict()["extend"]["old_text"]] == [None]
     old, new = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(tmp_path / "kept")
     assert [new(t, add_special_tokens=False)["input_ids"] for t in OLD] == \
            [old(t, add_special_tokens=False)["input_ids"] for t in OLD]
