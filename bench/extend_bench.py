@@ -18,8 +18,10 @@ with byte fallback), language and N:
   normalizer and pre-tokenizer; SentencePiece: its `SentencePieceBPETokenizer` with byte fallback off), then
   append its pieces that the old vocabulary lacks and their merges after the old ones, as the merge-the-vocabularies
   recipes do (Chinese-LLaMA's merge of SentencePiece models; the same for byte-level merges files).
-Measured: held-out tokens per byte (original, extend, recipe), tokens appended, and old-text paragraphs whose
-ids changed. --speed: word counting and learning 8,000 merges on ~100 MB (every language's messages), wall and
+Measured: held-out tokens per byte (original, extend, extend --keep-text, recipe; for --keep-text and the recipe
+also on the new-language paragraphs: those holding a character the keep file lacks), tokens appended, and
+old-text paragraphs whose ids changed (with the number holding a character the keep file lacks, the only ones
+--keep-text lets change). --speed: word counting and learning 8,000 merges on ~100 MB (every language's messages), wall and
 CPU time, peak RSS, with `tokenizers`' own trainer on the same file for scale, and the load average; with
 --reference REV, the learner of that revision on the same file, which must give the same words and merges.
 """
