@@ -18,8 +18,10 @@ with byte fallback), language and N:
   normalizer and pre-tokenizer; SentencePiece: its `SentencePieceBPETokenizer` with byte fallback off), then
   append its pieces that the old vocabulary lacks and their merges after the old ones, as the merge-the-vocabularies
   recipes do (Chinese-LLaMA's merge of SentencePiece models; the same for byte-level merges files).
-Measured: held-out tokens per byte (original, extend, recipe), tokens appended, and old-text paragraphs whose
-ids changed. --speed: word counting and learning 8,000 merges on ~100 MB (every language's messages), wall and
+Measured: held-out tokens per byte (original, extend, extend --keep-text, recipe; for --keep-text and the recipe
+also on the new-language paragraphs: those holding a character the keep file lacks), tokens appended, and
+old-text paragraphs whose ids changed (with the number holding a character the keep file lacks, the only ones
+--keep-text lets change). --speed: word counting and learning 8,000 merges on ~100 MB (every language's messages), wall and
 CPU time, peak RSS, with `tokenizers`' own trainer on the same file for scale, and the load average; with
 --reference REV, the learner of that revision on the same file, which must give the same words and merges.
 """
@@ -147,16 +149,21 @@ def _published_rows(results: Path | None) -> list[dict]:
     rows = []
     for line in text.split(BEGIN, 1)[1].split(END, 1)[0].splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) != 11 or cells[0] not in ("gpt2", "llama2"):
+        if len(cells) not in (11, 12, 13) or cells[0] not in ("gpt2", "llama2"):
             continue
         num = lambda c: int(c.replace(",", ""))  # noqa: E731
+        fresh = cells.pop(8) if len(cells) == 13 else "-"  # 11 or 12 cells: rows from before these columns
+        outside = cells.pop(10) if len(cells) == 12 else "-"
+        share, kept_new, recipe_new = (None, None, None) if fresh == "-" else (
+            float(fresh.split("%")[0]) / 100, *map(float, fresh.split(": ")[1].split(" / ")))
         (ext, rec), (ch, kept, rch), (secs, load) = (cells[8].split(" / "), cells[9].split(" / "),
                                                      cells[10].rstrip(")").split(" ("))
         rows.append({"tokenizer": cells[0], "lang": cells[1], "n": num(cells[2]), "corpus_mb": float(cells[3]),
                      "original": float(cells[4]), "extend": float(cells[5]), "kept": float(cells[6]),
                      "recipe": float(cells[7]), "extend_tokens": num(ext), "recipe_tokens": num(rec),
                      "extend_changed": int(ch), "kept_changed": int(kept), "recipe_changed": int(rch),
-                     "seconds": float(secs), "load": load})
+                     "seconds": float(secs), "load": load, "outside_keep": None if outside == "-" else num(outside),
+                     "held_new_share": share, "kept_new": kept_new, "recipe_new": recipe_new})
     return rows
 
 
@@ -168,23 +175,25 @@ def _merged(old: list[dict], new: list[dict]) -> list[dict]:
                   key=lambda r: (["gpt2", "llama2"].index(r["tokenizer"]), ["ru", "ja"].index(r["lang"]), r["n"]))
 
 
-def compression(sizes: list[int], langs: list[str], results: Path | None = None,
-                json_path: Path | None = None) -> tuple[str, list[dict]]:
+def compression(sizes: list[int], langs: list[str], results: Path | None = None, json_path: Path | None = None,
+                tokenizers: tuple[str, ...] = ("gpt2", "llama2")) -> tuple[str, list[dict]]:
     """Rows for each tokenizer, language of `langs` and N of `sizes`; the rows of other (tokenizer, language, N)
     already in `results` are kept."""
     tiny_llama = bench.fixture_module("published").tiny_llama
 
     from vocabsurgeon.add.plan import AddOptions, open_target
-    from vocabsurgeon.extend.plan import PACKAGED_CORPUS, ExtendOptions, paragraphs, plan_extend
+    from vocabsurgeon.extend.learn import pre_tokens
+    from vocabsurgeon.extend.plan import PACKAGED_CORPUS, ExtendOptions, old_text_changes, paragraphs, plan_extend
     from vocabsurgeon.tokenizer.encoding import unpadded
     from tokenizers import Tokenizer
 
     man = man_texts("/usr/share/man")
+    WORK.mkdir(parents=True, exist_ok=True)
     keep = WORK / "en-keep.txt"  # --keep-text: half of the English pages; the other half is the old text measured
     keep.write_text("\n\n".join(man[0::2][:2000]), encoding="utf-8")
     english = man[1::2][:2000] + paragraphs(PACKAGED_CORPUS)
     published, rows = _published_rows(results), []
-    for name in ("gpt2", "llama2"):
+    for name in tokenizers:
         ckpt = WORK / f"ckpt-{name}"
         if not (ckpt / "config.json").exists():
             tiny_llama(name, ckpt)
@@ -198,13 +207,23 @@ def compression(sizes: list[int], langs: list[str], results: Path | None = None,
                 new = unpadded(Tokenizer.from_str(json.dumps(plan.editor.edited(plan.tokens))))
                 kept = plan_extend(open_target(ckpt, AddOptions()), ExtendOptions(path, n, keep))
                 new_kept = unpadded(Tokenizer.from_str(json.dumps(kept.editor.edited(kept.tokens))))
+                # only old text holding a character (byte) that the keep file lacks can change under --keep-text
+                held_old = old_text_changes(old, new_kept, "English", english, kept.keep_chars, kept.split)
                 rec, appended = recipe(plan.editor, path, n)
+                # the held-out paragraphs that --keep-text lets change: those holding a character (byte) the keep file
+                # lacks; the others (English messages left untranslated, code) keep the original's tokens
+                spell = pre_tokens(old, kept.split)
+                fresh = [t for t in held if not kept.keep_chars.issuperset("".join(spell(t)))]
                 row = {"tokenizer": name, "lang": lang, "n": n, "corpus_mb": round(path.stat().st_size / 1e6, 1),
                        "original": tokens_per_byte(old, held), "extend": tokens_per_byte(new, held),
                        "recipe": tokens_per_byte(rec, held), "extend_tokens": len(plan.tokens.new),
                        "kept": tokens_per_byte(new_kept, held), "kept_changed": changed(old, new_kept, english),
                        "recipe_tokens": appended, "extend_changed": changed(old, new, english),
                        "recipe_changed": changed(old, rec, english), "old_texts": len(english),
+                       "outside_keep": held_old.outside, "kept_changed_inside_keep": held_old.inside_changed,
+                       "kept_refused": kept.learned.refused,
+                       "held_new_share": sum(len(t.encode()) for t in fresh) / sum(len(t.encode()) for t in held),
+                       "kept_new": tokens_per_byte(new_kept, fresh), "recipe_new": tokens_per_byte(rec, fresh),
                        "seconds": round(seconds, 1), "load": bench.load_average(bench.uptime())}
                 print(row, flush=True)
                 rows.append(row)
@@ -216,15 +235,25 @@ def compression(sizes: list[int], langs: list[str], results: Path | None = None,
 def _table(rows: list[dict], n_old: int) -> str:
     lines = [f"Held-out tokens per byte (lower is better) and old-text paragraphs whose ids changed, "
              f"{bench.machine_line()}. Old text: {n_old:,} paragraphs of English manual pages and the packaged "
-             "sample; `--keep-text`: 2,000 other paragraphs of the English pages.",
-             "", "| tokenizer | text | N | corpus MB | original | extend | extend --keep-text | recipe | tokens added "
-             "(extend / recipe) | old text changed (extend / --keep-text / recipe) | extend s (load) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "sample; `--keep-text`: 2,000 other paragraphs of the English pages. Old text outside the keep file: "
+             "paragraphs holding a byte (gpt2) or character (llama2) that the keep file lacks, the only ones that "
+             "`--keep-text` lets change. New-language text: the held-out paragraphs holding such a character (byte), "
+             "their share of the held-out bytes, and their tokens per byte (the rest, English left untranslated or "
+             "code, keeps the original's tokens under `--keep-text`)."
+             + (" (- : a row measured before `--keep-text` kept text by its characters, when it kept only the file's "
+                "pairs.)" if any(r.get("kept_new") is None for r in rows) else ""),
+             "", "| tokenizer | text | N | corpus MB | original | extend | extend --keep-text | recipe | new-language "
+             "text: share, --keep-text / recipe | tokens added (extend / recipe) | old text changed (extend / "
+             "--keep-text / recipe) | old text outside the keep file | extend s (load) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        outside = "-" if r.get("outside_keep") is None else f"{r['outside_keep']:,}"
+        fresh = "-" if r.get("kept_new") is None else \
+            f"{100 * r['held_new_share']:.0f}%: {r['kept_new']:.4f} / {r['recipe_new']:.4f}"
         lines.append(f"| {r['tokenizer']} | {r['lang']} | {r['n']:,} | {r['corpus_mb']} | {r['original']:.4f} | "
-                     f"{r['extend']:.4f} | {r['kept']:.4f} | {r['recipe']:.4f} | {r['extend_tokens']:,} / "
+                     f"{r['extend']:.4f} | {r['kept']:.4f} | {r['recipe']:.4f} | {fresh} | {r['extend_tokens']:,} / "
                      f"{r['recipe_tokens']:,} | {r['extend_changed']} / {r['kept_changed']} / {r['recipe_changed']} | "
-                     f"{r['seconds']} ({r['load']}) |")
+                     f"{outside} | {r['seconds']} ({r['load']}) |")
     return "\n".join(lines)
 
 
@@ -330,6 +359,7 @@ def main() -> None:
     ap.add_argument("--reference", metavar="REV", help="--speed: also run the learner of this git revision on the "
                     "same file and check that its words and merges are the same")
     ap.add_argument("--langs", nargs="*", default=["ru", "ja"], choices=["ru", "ja"])
+    ap.add_argument("--tokenizers", nargs="*", default=["gpt2", "llama2"], choices=["gpt2", "llama2"])
     ap.add_argument("--results", type=Path, help="write the table into this markdown file, between the markers")
     ap.add_argument("--json", type=Path, help="write every figure here")
     args = ap.parse_args()
@@ -337,7 +367,7 @@ def main() -> None:
         text, rows = speed(args.mb, 8000, args.reference)
         bench.publish(text, rows, args.results, args.json, SPEED_BEGIN, SPEED_END)
     else:
-        text, rows = compression(args.sizes, args.langs, args.results, args.json)
+        text, rows = compression(args.sizes, args.langs, args.results, args.json, tuple(args.tokenizers))
     print(text)
 
 

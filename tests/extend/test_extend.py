@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from builders import as_transformers_loads, family_checkpoint, read_json
 from click.testing import CliRunner
+from hypothesis import given, settings, strategies as st
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer
 
@@ -17,10 +18,10 @@ from vocabsurgeon.checkpoint.reader import Checkpoint
 from vocabsurgeon.cli.commands import cli
 from vocabsurgeon.errors import InputError
 from vocabsurgeon.corpus import MAX_ITEM_CHARS, Reader
-from vocabsurgeon.extend.learn import count_words, words_of
+from vocabsurgeon.extend.learn import KEEP_PIECE, count_words, words_of
 from vocabsurgeon.extend.pipeline import run_extend
 from vocabsurgeon.extend.plan import PACKAGED_CORPUS, ExtendOptions, paragraphs, plan_extend
-from vocabsurgeon.tokenizer.encoding import encode_ids
+from vocabsurgeon.tokenizer.encoding import encode_ids, unpadded
 from vocabsurgeon.trim.tokenizer import merge_parts
 
 REPO = Path(__file__).resolve().parents[2]
@@ -133,7 +134,11 @@ def test_keep_text_keeps_its_tokens_and_the_chat_template_keeps_its_ids(tmp_path
     changed = {o.source: o.changed for o in free.plan.old_text}
     assert changed["(packaged sample)"] > 0  # without --keep-text the English sample does change here
     assert [o.changed for o in kept.plan.old_text] == [0, 0]
-    assert kept.plan.learned.refused  # pairs of the English text were refused
+    assert kept.plan.learned.refused[KEEP_PIECE] > 0  # pieces of the English text's characters alone were refused
+    report = kept.plan.to_dict()["extend"]
+    assert [o["outside_keep_text"] for o in report["old_text"]] == [0, 0]  # the sample is in the file's characters
+    assert report["pairs_refused"] == kept.plan.learned.refused
+    assert [o["outside_keep_text"] for o in free.plan.to_dict()["extend"]["old_text"]] == [None]
     old, new = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(tmp_path / "kept")
     assert [new(t, add_special_tokens=False)["input_ids"] for t in OLD] == \
            [old(t, add_special_tokens=False)["input_ids"] for t in OLD]
@@ -157,6 +162,78 @@ def test_keep_text_of_a_byte_level_bpe_with_ignore_merges_keeps_whole_words(tmp_
     assert result.plan.old_text[0].changed == 0
     assert len(encode_ids(new, [CORPUS.read_text(encoding="utf-8")])[0]) < \
         len(encode_ids(old, [CORPUS.read_text(encoding="utf-8")])[0])
+
+
+# --keep-text as a user passes it: the packaged English sample. Unseen English: fixtures/corpus_lotr.txt, whose words
+# the corpus below also holds, so that merges of English pieces are there to be learned
+KEEP_CHARS = sorted(set(OLD_TEXT := PACKAGED_CORPUS.read_text(encoding="utf-8")))
+LOTR = paragraphs(REPO / "fixtures" / "corpus_lotr.txt")
+# byte-level BPE with and without ignore_merges, SentencePiece BPE in its layouts (Llama 2's: no pre-tokenizer)
+KEEP_FAMILIES = [("byte-level", False), ("byte-level", True), ("byte-level-gpt2", False), ("sp-bpe", False),
+                 ("sp-bpe-meta", False), ("metaspace-bpe", False)]
+
+
+@pytest.fixture(scope="module")
+def kept(tmp_path_factory):
+    """(family, ignore_merges) -> (old tokenizer, new tokenizer, plan): extended with --keep-text on a corpus of
+    the new language and English that the keep file lacks."""
+    done = {}
+
+    def get(family: str, ignore_merges: bool):
+        if (family, ignore_merges) not in done:
+            base = tmp_path_factory.mktemp(family)
+            src = family_checkpoint(base / "ckpt", family)
+            if ignore_merges:
+                data = read_json(src / "tokenizer.json")
+                data["model"]["ignore_merges"] = True
+                (src / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+            mixed = base / "mixed.txt"
+            mixed.write_text(CORPUS.read_text(encoding="utf-8") + "\n\n" + "\n\n".join(LOTR), encoding="utf-8")
+            plan = plan_extend(open_target(src), ExtendOptions(mixed, 200, PACKAGED_CORPUS))
+            new = unpadded(Tokenizer.from_str(json.dumps(plan.editor.edited(plan.tokens))))
+            done[family, ignore_merges] = plan.tokens.original, new, plan
+        return done[family, ignore_merges]
+
+    return get
+
+
+@pytest.mark.parametrize("family, ignore_merges", KEEP_FAMILIES)
+def test_keep_text_keeps_unseen_text_written_in_its_characters(kept, family, ignore_merges):
+    """Not only the keep file: other English paragraphs, their words reordered, keep their ids, because every new
+    piece holds a character the keep file lacks; the new language still compresses."""
+    old, new, plan = kept(family, ignore_merges)
+    unseen = [p for p in LOTR if set(p) <= set(KEEP_CHARS)]
+    words = " ".join(unseen).split()
+    unseen += [" ".join(sorted(words)), " ".join(reversed(words)), "".join(words[:50])]
+    assert len(unseen) >= 15 and not any(p in OLD_TEXT for p in LOTR)
+    assert encode_ids(new, unseen) == encode_ids(old, unseen)
+    assert [(o.changed, o.inside_changed) for o in plan.old_text] == [(0, 0), (0, 0)]
+    language = paragraphs(CORPUS)
+    assert sum(map(len, encode_ids(new, language))) < 0.8 * sum(map(len, encode_ids(old, language)))
+    assert plan.learned.refused  # English pairs of the corpus were refused
+
+
+@pytest.mark.parametrize("family", ["byte-level", "sp-bpe-meta", "metaspace-bpe"])
+def test_keep_text_counts_the_blank_lines_between_its_paragraphs(tmp_path, family):
+    """A keep file of one-line paragraphs: its newlines are characters of it too, so text with newlines keeps."""
+    src = family_checkpoint(tmp_path / "ckpt", family)
+    keep = tmp_path / "keep.txt"
+    keep.write_text("\n\n".join(" ".join(p.split()) for p in paragraphs(PACKAGED_CORPUS)), encoding="utf-8")
+    corpus = tmp_path / "corpus.txt"  # the new language, its lines broken as a text file breaks them
+    corpus.write_text("\n".join(CORPUS.read_text(encoding="utf-8").split()), encoding="utf-8")
+    plan = plan_extend(open_target(src), ExtendOptions(corpus, 100, keep))
+    old, new = plan.tokens.original, unpadded(Tokenizer.from_str(json.dumps(plan.editor.edited(plan.tokens))))
+    texts = OLD + ["\n".join(LOTR[0].split()[:20]), "a\nb\n\nc"]
+    assert encode_ids(new, texts) == encode_ids(old, texts)
+
+
+@pytest.mark.parametrize("family, ignore_merges", KEEP_FAMILIES)
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.text(alphabet=KEEP_CHARS, max_size=40) | st.sampled_from(" ".join(LOTR).split()), max_size=12))
+def test_keep_text_keeps_any_text_of_its_characters(kept, family, ignore_merges, parts):
+    old, new, _ = kept(family, ignore_merges)
+    text = " ".join(parts)
+    assert new.encode(text, add_special_tokens=False).ids == old.encode(text, add_special_tokens=False).ids
 
 
 @pytest.mark.parametrize("family, kind", [("unigram", "Unigram"), ("unigram-file", "Unigram"),
@@ -235,6 +312,9 @@ def test_published_tokenizers_extend_with_old_text_kept_and_loaders_agreeing(pub
             assert b == a, text
         n_old, n_new = n_old + len(a), n_new + len(b)
     assert n_new < n_old
+    unseen = [p for p in LOTR if set(p) <= set(KEEP_CHARS)]  # English that --keep-text lacks, in its characters
+    assert [new(t, add_special_tokens=False)["input_ids"] for t in unseen] == \
+           [old(t, add_special_tokens=False)["input_ids"] for t in unseen]
     if name == "llama3":
         assert read_json(out / "tokenizer.json")["model"]["ignore_merges"] is True
     if name == "mistral-v0.1":  # SentencePiece reads the written .model as tokenizer.json reads it

@@ -11,18 +11,20 @@ from pathlib import Path
 import pytest
 from builders import family_checkpoint
 
-from vocabsurgeon.extend.learn import count_words, learn_merges, word_split, words_of
-from vocabsurgeon.extend.plan import PACKAGED_CORPUS, ExtendEditor, _mergeable, paragraphs
+from vocabsurgeon.extend.learn import (CHAT_CHARS, CHAT_PAIR, CHAT_WORD, KEEP_CHARS, KEEP_PIECE, count_words,
+                                       learn_merges, word_split, words_of)
+from vocabsurgeon.extend.plan import PACKAGED_CORPUS, ExtendEditor, _mergeable, paragraphs, spelling
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = Path(__file__).parent / "new_language.txt"
 
 
-def reference(tok, words: Counter, n: int, *, vocab, mergeable, forbidden_words=(), whole_words=False,
-              min_count=2, new_chars=False):
+def reference(tok, words: Counter, n: int, *, vocab, mergeable, forbidden_words=(), keep_chars=None,
+              whole_words=False, min_count=2, new_chars=False):
     """(merges, counts, characters, refused, tokens before, tokens after): the definition, recounted each step."""
     model = tok.model
     forbidden_words = list(forbidden_words)
+    keep_chars = set(keep_chars or ())
     refused: Counter = Counter()
     chars = []
     if new_chars:
@@ -31,8 +33,8 @@ def reference(tok, words: Counter, n: int, *, vocab, mergeable, forbidden_words=
         for ch, c in lacked.most_common():
             if c < min_count or len(chars) >= n:
                 break
-            if ch in kept:
-                refused["a character of --keep-text or the chat template"] += 1
+            if ch in keep_chars or ch in kept:
+                refused[KEEP_CHARS if ch in keep_chars else CHAT_CHARS] += 1
             else:
                 chars.append(ch)
 
@@ -65,11 +67,11 @@ def reference(tok, words: Counter, n: int, *, vocab, mergeable, forbidden_words=
             if pairs[q] < min_count:
                 break
             piece = q[0] + q[1]
-            why = ("would change --keep-text or the chat template" if q in blocked else
+            why = (CHAT_PAIR if q in blocked else
                    "a byte-fallback or special piece" if not (mergeable(q[0]) and mergeable(q[1])) else
                    "the vocabulary has the piece already" if piece in vocab or piece in made else
-                   "spells a word of --keep-text (ignore_merges would take it whole)"
-                   if whole_words and piece in forbidden_words else None)
+                   KEEP_PIECE if keep_chars and set(piece) <= keep_chars else
+                   CHAT_WORD if whole_words and piece in forbidden_words else None)
             if why is None:
                 chosen = q
                 break
@@ -111,12 +113,15 @@ def test_the_learner_takes_the_merges_that_recounting_every_step_takes(tmp_path,
     corpus.write_text(CORPUS.read_text(encoding="utf-8") + "\n\n" + (REPO / "fixtures" / "corpus_lotr.txt").read_text(
         encoding="utf-8"), encoding="utf-8")
     words, _ = count_words(tok, corpus, split=split)
-    forbidden = words_of(tok, paragraphs(PACKAGED_CORPUS)[:6], split)
+    forbidden = words_of(tok, paragraphs(PACKAGED_CORPUS)[:6], split)  # as the chat template's words
     vocab = {**editor.vocab, **{c: t["id"] for c, t in editor.added.items()}}
     args = dict(vocab=vocab, mergeable=_mergeable(editor), forbidden_words=forbidden, whole_words=ignore_merges,
                 new_chars=not byte_level)
-    got = learn_merges(tok, words, 250, **args)
-    want = reference(tok, words, 250, **args)
-    assert (got.merges, got.counts, got.chars, got.refused, got.tokens_before, got.tokens_after) == want
-    assert len(got.pieces) == 250 and got.refused  # enough merges to meet ties, refusals and merged new pieces
-    assert len(set(got.counts)) < len(got.counts)  # ties were broken
+    keep = paragraphs(PACKAGED_CORPUS)[6:9]  # --keep-text: a piece made of these characters alone is refused
+    for kwargs, n in ((args, 250), ({**args, "keep_chars": spelling(tok, keep, split)}, 120)):
+        got = learn_merges(tok, words, n, **kwargs)
+        want = reference(tok, words, n, **kwargs)
+        assert (got.merges, got.counts, got.chars, got.refused, got.tokens_before, got.tokens_after) == want
+        assert len(got.pieces) == n and got.refused  # enough merges to meet ties, refusals and merged new pieces
+        assert len(set(got.counts)) < len(got.counts)  # ties were broken
+    assert got.refused[KEEP_PIECE] > 0

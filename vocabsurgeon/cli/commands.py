@@ -504,7 +504,9 @@ def trim_command(ctx, src, out, corpus, vocab_size, min_count, keep_file, pad_to
 @click.option("--new-tokens", required=True, type=click.IntRange(min=1),
               help="How many sub-word tokens to learn (fewer when no other pair occurs --min-count times).")
 @click.option("--keep-text", type=click.Path(dir_okay=False, path_type=str),
-              help="UTF-8 text that must keep its tokens (e.g. the model's own language): no new merge may change it.")
+              help="UTF-8 text that must keep its tokens (e.g. the model's own language): every new token holds a "
+                   "character (byte-level BPE: a byte) it lacks, so any text written in its characters keeps its "
+                   "tokens.")
 @click.option("--min-count", default=DEFAULT_EXTEND_MIN_COUNT, show_default=True, type=click.IntRange(min=1),
               help="A new merge's pair must occur at least this often in the corpus.")
 @click.option("--init", default=EXTEND_INIT, show_default=True, type=STRATEGY_CHOICE,
@@ -547,11 +549,11 @@ def extend_command(ctx, src, out, corpus, new_tokens, keep_text, min_count, dry_
     pre-tokenizer, each word into the pieces the old merges leave, and the most frequent adjacent
     pair is merged, --new-tokens times. The new merges come after every old one and the new tokens
     after the last id, so existing tokens, ids and merges are unchanged and text changes only where
-    a new merge's pair occurs; --keep-text changes not at all (the plan counts the old text that
-    changes). Byte-level BPE (GPT-2, Llama 3, Qwen, SmolLM2) and SentencePiece BPE (Llama 2,
-    Mistral, Gemma; its tokenizer.model gets the new pieces); Unigram and WordPiece are refused
-    with the reason. The rows are grown, initialized and validated as `add` does them (validation
-    corpus: --validate-corpus).
+    a new merge's pair occurs; text written only in --keep-text's characters (bytes, for byte-level
+    BPE) changes not at all (the plan counts the old text that changes). Byte-level BPE (GPT-2,
+    Llama 3, Qwen, SmolLM2) and SentencePiece BPE (Llama 2, Mistral, Gemma; its tokenizer.model
+    gets the new pieces); Unigram and WordPiece are refused with the reason. The rows are grown,
+    initialized and validated as `add` does them (validation corpus: --validate-corpus).
 
     \b
     Init strategies (--init, --init-input, --init-output):

@@ -12,7 +12,12 @@ Every new merge ranks after all old merges, so encoding a word first runs every 
 counted here) and only then the new ones: text changes only where a new merge's pair occurs after the old
 merges are done. Pairs are refused where the result would not be a new piece of that kind: a piece the
 vocabulary has (an old merge could then apply after a new one), a byte-fallback or special piece, and, with
-`forbidden` pairs (the words of --keep-text and of the chat template), any pair that would change those words.
+`forbidden` pairs (the words of the chat template), any pair that would change those words.
+
+With `keep_chars` (the characters of --keep-text in the model's spelling: bytes for byte-level BPE), a new piece
+must hold a character outside them. Encoding joins pieces of the text itself, so a text whose spelling holds only
+those characters never holds a new piece's string, and no new merge, new character or (with `ignore_merges`) new
+whole-word entry can apply to it: it keeps its tokens, the keep file's and any other such text alike.
 """
 
 from __future__ import annotations
@@ -182,8 +187,15 @@ def _text(symbols: np.ndarray) -> str:
     return cps.astype("<u4").tobytes().decode("utf-32-le")
 
 
-def _new_characters(words: Counter, n: int, vocab: dict[str, int], forbidden_words: list[str], min_count: int,
-                    refused: dict[str, int]) -> list[str]:
+KEEP_CHARS = "a character of --keep-text"
+KEEP_PIECE = "only --keep-text's characters (a text of them would change)"
+CHAT_CHARS = "a character of the chat template"
+CHAT_PAIR = "would change the chat template's text or llama.cpp's check text"
+CHAT_WORD = "spells a word of the chat template or llama.cpp's check text (ignore_merges would take it whole)"
+
+
+def _new_characters(words: Counter, n: int, vocab: dict[str, int], forbidden_words: list[str], keep_chars: set[str],
+                    min_count: int, refused: dict[str, int]) -> list[str]:
     """The characters the vocabulary lacks that occur `min_count` times, most frequent first, at most `n`."""
     counts: Counter = Counter()
     for w, c in words.items():
@@ -195,8 +207,8 @@ def _new_characters(words: Counter, n: int, vocab: dict[str, int], forbidden_wor
     for ch, c in counts.most_common():
         if c < min_count or len(chars) >= n:
             break
-        if ch in kept:
-            why = "a character of --keep-text or the chat template"
+        why = KEEP_CHARS if ch in keep_chars else CHAT_CHARS if ch in kept else None
+        if why is not None:
             refused[why] = refused.get(why, 0) + 1
         else:
             chars.append(ch)
@@ -204,8 +216,8 @@ def _new_characters(words: Counter, n: int, vocab: dict[str, int], forbidden_wor
 
 
 def learn_merges(tok: Tokenizer, words: Counter, n: int, *, vocab: dict[str, int], mergeable: Callable[[str], bool],
-                 forbidden_words: Iterable[str] = (), whole_words: bool = False, min_count: int = 2,
-                 new_chars: bool = False) -> Learned:
+                 forbidden_words: Iterable[str] = (), keep_chars: Iterable[str] | None = None,
+                 whole_words: bool = False, min_count: int = 2, new_chars: bool = False) -> Learned:
     """Learn up to `n` merges after the old ones of `tok`'s BPE model from pre-token counts `words`.
 
     Among pairs of equal count, the one whose pieces came first wins: pieces are numbered in the order they
@@ -219,8 +231,10 @@ def learn_merges(tok: Tokenizer, words: Counter, n: int, *, vocab: dict[str, int
         n: merges to learn at most (fewer when no pair occurs `min_count` times).
         vocab: the model's piece -> id (added tokens too): a merge never makes a piece it has.
         mergeable: whether a piece may take part in a merge (False: byte-fallback, special, unknown pieces).
-        forbidden_words: pre-tokens that must keep their pieces (--keep-text, the chat template): no merge
-            takes a pair they hold.
+        forbidden_words: pre-tokens that must keep their pieces (the chat template's): no merge takes a pair
+            they hold.
+        keep_chars: the characters (model spelling) of the text that must keep its tokens (--keep-text): every
+            new piece holds a character outside them, so no text spelled in them alone can change.
         whole_words: the model has `ignore_merges` (a word that is a vocabulary entry is taken whole): no
             merge makes a piece that spells a forbidden word.
         min_count: the least count a merge (or a new character) must have.
@@ -232,8 +246,9 @@ def learn_merges(tok: Tokenizer, words: Counter, n: int, *, vocab: dict[str, int
         InputError: the corpus has more distinct pieces than `n` new symbols leave room for (over a million).
     """
     forbidden_words = list(forbidden_words)
+    keep_chars = set(keep_chars or ())
     refused: dict[str, int] = {}
-    chars = _new_characters(words, n, vocab, forbidden_words, min_count, refused) if new_chars else []
+    chars = _new_characters(words, n, vocab, forbidden_words, keep_chars, min_count, refused) if new_chars else []
     tokenize = tok.model.tokenize
     # ids of the pieces: the model's, and after them one per new character
     base = max(max(vocab.values(), default=0), tok.get_vocab_size(with_added_tokens=True)) + 1
@@ -280,6 +295,8 @@ def learn_merges(tok: Tokenizer, words: Counter, n: int, *, vocab: dict[str, int
     piece = tok.model.id_to_token  # the model's own spelling of the id, as `tokenize` gives it
     text = [chars[i - base] if i >= base else piece(i) for i in uniq[order].tolist()]  # symbol -> piece
     ok_symbol = [mergeable(t) for t in text]
+    # whether a symbol's piece holds a character outside keep_chars (every piece does without --keep-text)
+    foreign = [not keep_chars or not keep_chars.issuperset(t) for t in text]
     whole = _text(symbols)
     lengths = np.frombuffer(lengths, dtype=np.int64)
     ends = np.cumsum(lengths)
@@ -297,7 +314,7 @@ def learn_merges(tok: Tokenizer, words: Counter, n: int, *, vocab: dict[str, int
     pair_count, index = _pairs(symbols[:n_flat], lengths, np.array(freqs, dtype=np.int64),
                                n0 + n, min_count)
     learned = Learned([], [], chars, refused, words=len(seqs), tokens_before=before)
-    _merge(learned, n, seqs, freqs, text, ok_symbol, pair_count, index, n0, blocked, keep_spellings,
+    _merge(learned, n, seqs, freqs, text, ok_symbol, foreign, pair_count, index, n0, blocked, keep_spellings,
            vocab, min_count)
     learned.tokens_after = sum(len(s) * f for s, f in zip(seqs, freqs))
     return learned
@@ -347,8 +364,8 @@ def _pairs(symbols: np.ndarray, lengths: np.ndarray, freqs: np.ndarray, size: in
 
 
 def _merge(learned: Learned, n: int, seqs: list[str], freqs: list[int], text: list[str], ok_symbol: list[bool],
-           pair_count: dict[str, int], index: _Index, n0: int, blocked: set[str], keep_spellings: set[str],
-           vocab: dict[str, int], min_count: int) -> None:
+           foreign: list[bool], pair_count: dict[str, int], index: _Index, n0: int, blocked: set[str],
+           keep_spellings: set[str], vocab: dict[str, int], min_count: int) -> None:
     """The trainer's loop: merge the most frequent pair in every word that holds it, until `n` new pieces."""
     heap = [(-c, p) for p, c in pair_count.items()]
     heapq.heapify(heap)
@@ -384,13 +401,15 @@ def _merge(learned: Learned, n: int, seqs: list[str], freqs: list[int], text: li
         piece = text[sa] + text[sb]
         why = None
         if p in blocked:
-            why = "would change --keep-text or the chat template"
+            why = CHAT_PAIR
         elif not (ok_symbol[sa] and ok_symbol[sb]):
             why = "a byte-fallback or special piece"
         elif piece in vocab or piece in made:
             why = "the vocabulary has the piece already"
+        elif not (foreign[sa] or foreign[sb]):
+            why = KEEP_PIECE
         elif piece in keep_spellings:
-            why = "spells a word of --keep-text (ignore_merges would take it whole)"
+            why = CHAT_WORD
         if why is not None:
             refused[why] = refused.get(why, 0) + 1
             del pair_count[p]  # never chosen again (no merge makes it again); the words keep the pair
@@ -399,6 +418,7 @@ def _merge(learned: Learned, n: int, seqs: list[str], freqs: list[int], text: li
         new = _char(len(text))
         text.append(piece)
         ok_symbol.append(True)
+        foreign.append(True)
         made.add(piece)
         learned.merges.append((text[sa], text[sb]))
         learned.counts.append(c)

@@ -27,7 +27,7 @@ from ..tokenizer.editor import BYTE_LEVEL_UNDER_LLAMA, NewToken, TokenizerEditor
 from ..tokenizer.encoding import encode_ids
 from ..tokenizer.families import ByteLevelBPE, MetaspaceBPE, SentencePieceBPE
 from . import DEFAULT_MIN_COUNT
-from .learn import BYTE_PIECE, Learned, count_words, learn_merges, word_split, words_of
+from .learn import BYTE_PIECE, Learned, count_words, learn_merges, pre_tokens, word_split, words_of
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ class ExtendOptions:
 
     corpus: str | os.PathLike
     new_tokens: int
-    keep_text: str | os.PathLike | None = None  # no new merge may change this file's tokens
+    keep_text: str | os.PathLike | None = None  # text in this file's characters keeps its tokens
     min_count: int = DEFAULT_MIN_COUNT  # a merge's pair must occur at least this often in the corpus
 
     def check(self) -> ExtendOptions:
@@ -98,10 +98,13 @@ class OldText:
     paragraphs: int
     changed: int
     example: str | None = None
+    outside: int | None = None  # with --keep-text: paragraphs holding a character (byte) it lacks, the only ones
+    # that can change
+    inside_changed: int | None = None  # ... and those written in its characters alone that changed: 0, or a bug
 
     def to_dict(self) -> dict:
         return {"source": self.source, "paragraphs": self.paragraphs, "changed": self.changed,
-                "example": self.example}
+                "example": self.example, "outside_keep_text": self.outside}
 
 
 @dataclass
@@ -112,6 +115,8 @@ class ExtendPlan(Plan):
     extend: ExtendOptions | None = None
     corpus_bytes: int = 0
     old_text: list[OldText] = field(default_factory=list)
+    keep_chars: set[str] | None = None  # --keep-text's characters in the model's spelling: a new piece holds another
+    split: object = None  # where words are cut inside a pre-token (`word_split`), for `old_text_changes`
 
     new_pieces = True  # the new tokens are sub-word pieces, not words: validation checks no word is one token
 
@@ -164,7 +169,9 @@ class ExtendPlan(Plan):
             lines.append(f"  refused {k:,} pair(s): {why}")
         for o in self.old_text:
             lines.append(f"old text {o.source}: {o.changed} of {o.paragraphs} paragraph(s) change tokens"
-                         + (f", e.g. {o.example!r}" if o.example else ""))
+                         + (f", e.g. {o.example!r}" if o.example else "")
+                         + (f" ({o.paragraphs - o.outside} written only in --keep-text's characters keep them by "
+                            f"construction; {o.outside} hold a character it lacks)" if o.outside is not None else ""))
         lines.extend(f"note: {n}" for n in d["tokenizer_notes"])
         lines.append(f"rewrite {len(self.rewrite)} shard(s): {', '.join(self.rewrite)}")
         if d["kl_bound_covers"]:
@@ -180,6 +187,11 @@ def paragraphs(path: str | os.PathLike) -> list[str]:
         raise InputError(f"{path}: cannot read it as UTF-8 text ({e}); pass a UTF-8 text file") from None
     parts = [p for p in text.split("\n\n") if p.strip()]
     return parts if len(parts) > 1 else [p for p in text.splitlines() if p.strip()]
+
+
+def lines(path: str | os.PathLike) -> list[str]:
+    """The lines of a UTF-8 file with their ends: every character of it, the blank lines between paragraphs too."""
+    return Path(path).read_text(encoding="utf-8-sig").splitlines(keepends=True)
 
 
 def _mergeable(editor: TokenizerEditor):
@@ -229,14 +241,21 @@ def plan_extend(target: Target, options: ExtendOptions, progress=None) -> Extend
     # llama.cpp's converter recognises a byte-level BPE by its ids on one text: a merge that changed them would make
     # the output refuse to convert to GGUF (tokenizer/gguf_check.py)
     checked = [CHECK_TEXT] if family in HASHED_FAMILIES else []
-    forbidden = words_of(tok, [*keep, *chats, *checked], split)
+    forbidden = words_of(tok, [*chats, *checked], split)
+    # --keep-text by its characters, not its pairs: every new piece holds a character (byte) the file lacks, so any
+    # text spelled in the file's characters alone keeps its tokens, not only the file (learn.py)
+    keep_chars = spelling(tok, lines(options.keep_text), split) if keep else None  # the file's, newlines too
     vocab = {**editor.vocab, **{c: t["id"] for c, t in editor.added.items()}}
     learned = learn_merges(tok, words, options.new_tokens, vocab=vocab, mergeable=_mergeable(editor),
-                           forbidden_words=forbidden, whole_words=bool(editor.model.get("ignore_merges")),
-                           min_count=options.min_count, new_chars=not byte_level)
+                           forbidden_words=forbidden, keep_chars=keep_chars,
+                           whole_words=bool(editor.model.get("ignore_merges")), min_count=options.min_count,
+                           new_chars=not byte_level)
     if not learned.pieces:
+        why = "; ".join(f"{k:,} {r}" for r, k in learned.refused.items())
         raise InputError(f"{options.corpus}: no pair of pieces occurs {options.min_count}+ times that a merge could "
-                         "join; pass a larger corpus (or a lower --min-count)")
+                         "join" + (f" (refused: {why})" if why else "") + "; pass a larger corpus (or a lower "
+                         "--min-count" + (", or a --keep-text without the new language's characters" if keep else "")
+                         + ")")
     start = editor.size
     new = []
     model = tok.model
@@ -268,23 +287,38 @@ def plan_extend(target: Target, options: ExtendOptions, progress=None) -> Extend
     rewrite = target.vocab_files
     copy = [f for f in ckpt.shards if f not in rewrite]
     plan = ExtendPlan(target, editor, tplan, layout.rows, rows_after, rewrite, copy, dropped,
-                      learned=learned, extend=options, corpus_bytes=n_bytes)
+                      learned=learned, extend=options, corpus_bytes=n_bytes, keep_chars=keep_chars, split=split)
     edited = editor.edited_tokenizer(tplan)
     samples = [(str(options.keep_text), keep)] if keep else []
     samples.append(("(packaged sample)", paragraphs(PACKAGED_CORPUS)))
     for source, texts in samples:
-        plan.old_text.append(old_text_changes(tok, edited, source, texts))
-    if keep and plan.old_text[0].changed:
-        raise VocabSurgeonError(f"internal: {plan.old_text[0].changed} paragraph(s) of --keep-text change tokens, "
-                                f"e.g. {plan.old_text[0].example!r}; nothing was written, please report it")
+        plan.old_text.append(old_text_changes(tok, edited, source, texts, keep_chars, split))
+    for o in plan.old_text:
+        if o.inside_changed:  # a paragraph in the keep file's characters changed: the guarantee broke
+            raise VocabSurgeonError(f"internal: {o.inside_changed} paragraph(s) of {o.source} written in "
+                                    "--keep-text's characters change tokens; nothing was written, please report it")
     if checked and old_text_changes(tok, edited, "llama.cpp", checked).changed:
         raise VocabSurgeonError("internal: the learned merges change the ids of llama.cpp's pre-tokenizer check text "
                                 "(the output would not convert to GGUF); nothing was written, please report it")
     return plan
 
 
-def old_text_changes(old: Tokenizer, new: Tokenizer, source: str, texts: list[str]) -> OldText:
-    """How many of `texts` get other ids from `new` than from `old`."""
+def spelling(tok: Tokenizer, texts: list[str], split=None) -> set[str]:
+    """The characters of `texts` as the model spells them (`pre_tokens`: bytes as byte-level characters)."""
+    run = pre_tokens(tok, split)
+    return {ch for t in texts for w in run(t) for ch in w}
+
+
+def old_text_changes(old: Tokenizer, new: Tokenizer, source: str, texts: list[str], keep_chars: set[str] | None = None,
+                     split=None) -> OldText:
+    """How many of `texts` get other ids from `new` than from `old`; with `keep_chars` (--keep-text's), also how many
+    hold a character (byte) outside them: only those can change."""
     a, b = encode_ids(old, texts), encode_ids(new, texts)
     changed = [t for t, x, y in zip(texts, a, b) if x != y]
-    return OldText(source, len(texts), len(changed), changed[0][:60] if changed else None)
+    outside = inside_changed = None
+    if keep_chars is not None:
+        run = pre_tokens(old, split)
+        out = [not keep_chars.issuperset("".join(run(t))) for t in texts]
+        outside = sum(out)
+        inside_changed = sum(x != y and not o for x, y, o in zip(a, b, out))
+    return OldText(source, len(texts), len(changed), changed[0][:60] if changed else None, outside, inside_changed)
