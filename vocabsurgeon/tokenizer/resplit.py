@@ -65,6 +65,22 @@ class Holders:
         return FormIndex(words).holders(self.texts)
 
 
+# Made-up longer words around a new word, by the kind of its edge character (letter, digit): no vocabulary or
+# corpus need hold one, so a word whose entries reach inside longer words is reported even where none does.
+SUFFIXES = {"L": ("s", "ed"), "N": ("0",)}
+PREFIXES = {"L": ("un",), "N": ("1",)}
+
+
+def made_up(word: str) -> list[str]:
+    """Longer words that hold `word` inside them and that no text needs to have ("Frodos", "Frodoed", "unFrodo";
+    "utf80" and "1utf8" around digits; none around a word with punctuation at both ends)."""
+    w = word.strip()
+    if not w:
+        return []
+    texts = [w + s for s in SUFFIXES.get(_kind(w[-1]), ())] + [p + w for p in PREFIXES.get(_kind(w[0]), ())]
+    return [t for t in texts if inside(t, w)]
+
+
 def variants(text: str) -> tuple[str, ...]:
     """A holder as the texts it stands for, whichever way its entry is spelled: the word alone, after a space
     and after a bracket ("returned", " returned", "(returned": SentencePiece keeps "▁(returned" one pre-token)."""
