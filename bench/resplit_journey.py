@@ -221,6 +221,9 @@ def measure(src: Path, out: Path, work: Path, words: list[str], paragraphs: list
                 if done.returncode != 0:
                     raise RuntimeError(f"{ckpt}: convert_hf_to_gguf.py failed: {done.stderr.strip()[-500:]}")
         runtimes["llama.cpp"] = (llamacpp_runtime, ggufs["input"], ggufs["output"])
+        pre = {side: llamacpp.pre_tokenizer_type(g) for side, g in ggufs.items()}  # "smollm": no ignore_merges there
+    else:
+        pre = {}
     rows, ids_by = [], {}
     for name, (make, a, b) in runtimes.items():
         with clock(f"check {name}"):
@@ -249,12 +252,12 @@ def measure(src: Path, out: Path, work: Path, words: list[str], paragraphs: list
                 "one_token": len(one), "forms": len(singles),
                 "examples": [{"text": t, "before": [dec_old([i]) for i in pieces[t][0]],
                               "after": [dec_new([i]) for i in pieces[t][1]]} for t in bad[:5]],
-                "reported_examples": [t for t in texts if by_text[t] == "reported"][:5],
+                "reported_examples": [s for s, n in strings.items() if worst[s] == "reported" and n == "corpus words"][:8],
             })
         print(row_line(rows[-1]), flush=True)
     for r in rows:  # the output's ids in this runtime against transformers', text by text
         r["agrees_with_transformers"] = sum(x == y for x, y in zip(ids_by[r["runtime"]], ids_by["transformers"]))
-    return {"sources": {k: len(v) for k, v in sources.items()}, "rows": rows}
+    return {"sources": {k: len(v) for k, v in sources.items()}, "rows": rows, "llamacpp_pre": pre}
 
 
 def row_line(r: dict) -> str:
@@ -279,7 +282,7 @@ def report(j: dict, m: dict, clock: Clock, parity: bool) -> str:
         f"SmolLM2-135M-Instruct (bench/real_model.py), {domain.recipe()}: `suggest --top {len(j['words'])}` on "
         f"{j['sample']} of the {len(j['paragraphs'])} paragraphs (every {len(j['paragraphs'])}/{j['sample']}-th), then "
         f"`add --tokens{' --gguf-parity' if parity else ''} --json`: {len(kept)} of {len(j['words'])} words kept, "
-        f"{len(s['added'])} entries ({', '.join(f'{n} {k}' for k, n in mech.most_common())}), skipped: {skipped}; "
+        f"{len(s['added'])} entries ({', '.join(f'{k}: {n}' for k, n in mech.most_common())}), skipped: {skipped}; "
         f"the plan's `longer_words_resplit`: "
         f"{', '.join(sorted(s['longer_words_resplit'])) or 'none'} ({s['longer_words_checked']} holders checked); "
         f"validation {'passed' if v.get('passed') else 'FAILED' if v else 'not run'}. Words: {', '.join(j['words'])}.\n\n"
@@ -287,20 +290,24 @@ def report(j: dict, m: dict, clock: Clock, parity: bool) -> str:
         f"alone, after a space and in \"{FRAME}\"; a string counts in its worst text. `word`: ids changed only where "
         f"a new word stands as a word; `reported` / `unreported`: a longer word re-split, whose new word the plan "
         f"reported or not. Paragraphs: all {len(j['paragraphs'])}, classed alike and decoded by the output. One token: each "
-        f"kept word alone and after a space. Agrees: the output's ids equal transformers', text by text.\n\n"
+        f"kept word alone and after a space. Agrees: the output's ids equal transformers', text by text. llama.cpp: "
+        f"llama-cpp-python {llamacpp.VERSION}, pre-tokenizer type "
+        f"{', '.join(f'{v!r} ({k})' for k, v in m['llamacpp_pre'].items()) or 'not run'}.\n\n"
         f"{common.machine_line()}; {times}. {common.uptime()}\n\n"
         "| runtime | strings | same ids | changed: new word as a word | changed: reported | changed: unreported | "
         "paragraphs: same / word / reported / unreported | paragraphs decode | new words one token | "
         "agrees with transformers |\n|---|---|---|---|---|---|---|---|---|---|")
     lines = [head] + [row_line(r) for r in m["rows"]]
+    notes: dict[str, list[str]] = {}  # a note -> the runtimes it holds for (said once where they agree)
     for r in m["rows"]:
         if r["examples"]:
-            lines.append(f"\n{r['runtime']}, unreported: " + "; ".join(
-                f"{e['text']!r} {e['before']} -> {e['after']}" for e in r["examples"]))
+            notes.setdefault("unreported: " + "; ".join(f"{e['text']!r} {e['before']} -> {e['after']}"
+                                                        for e in r["examples"]), []).append(r["runtime"])
         if r["reported_examples"] or r["paragraph_examples"]:
-            lines.append(f"\n{r['runtime']}, re-split where the plan reported the word (e.g.): "
-                         f"{', '.join(map(repr, r['reported_examples'])) or 'none'}; paragraphs re-split: "
-                         f"{', '.join(map(repr, r['paragraph_examples'])) or 'none'}")
+            notes.setdefault(f"corpus words re-split where the plan reported the word: "
+                             f"{', '.join(map(repr, r['reported_examples'])) or 'none'}; paragraphs re-split: "
+                             f"{', '.join(map(repr, r['paragraph_examples'])) or 'none'}", []).append(r["runtime"])
+    lines += [f"\n{', '.join(names)}: {note}" for note, names in notes.items()]
     return "\n".join(lines)
 
 
@@ -326,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     begin, end = ((BEGIN.replace(":begin", "-parity:begin"), END.replace(":end", "-parity:end")) if args.gguf_parity
                   else (BEGIN, END))
     if args.results:
-        common.write_block(args.results, f"{begin}\n{text}\n{end}", begin, end, HEADING)
+        # the --gguf-parity block goes under the default one's heading (appended after it on a first run)
+        common.write_block(args.results, f"{begin}\n{text}\n{end}", begin, end, None if args.gguf_parity else HEADING)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"summary": j["summary"], "words": j["words"], **m, "stages": clock.stages},
