@@ -110,7 +110,7 @@ def test_a_word_whose_entries_reach_inside_longer_words_is_reported_where_no_voc
     do; entries that only ignore_merges reaches keep them, and are not reported."""
     parity = TokenizerEditor(published("gpt2"), gguf_parity=True).plan(["Frodo"])
     assert {t.mechanism for t in parity.new} == {"added"}
-    assert {ex["text"].lstrip(" (") for ex in parity.resplits["Frodo"]} == {"Frodos"}  # up to 3 examples
+    assert [ex["text"] for ex in parity.resplits["Frodo"]] == [" Frodos", " Frodoed", " unFrodo"]  # after a space
     assert any("re-split longer words" in n and "--gguf-parity writes merges and added tokens" in n for n in parity.notes)
     plan = TokenizerEditor(published("gpt2")).plan(["Frodo"])
     assert {t.mechanism for t in plan.new} == {"vocab"} and plan.resplits == {}

@@ -667,10 +667,10 @@ class TokenizerEditor:
         # what the plan happens to see. Not for words whose entries are all byte-level entries that only
         # ignore_merges reaches: only a whole pre-token equal to one reaches it, never a longer word.
         whole = self.family_name == "byte-level-bpe"
-        for w in dict.fromkeys(t.text for t in plan.new if not (whole and t.mechanism == "vocab")):
-            held[w] = list(dict.fromkeys(held.get(w, []) + resplit.made_up(w)))
-        plan.checked_holders = sum(map(len, held.values()))
-        plan.resplits.update(resplit.changed(self.tok, tok, held, {t.id: t.text for t in plan.new}))
+        made = {w: resplit.made_up(w) for w in dict.fromkeys(t.text for t in plan.new
+                                                             if not (whole and t.mechanism == "vocab"))}
+        plan.checked_holders = sum(map(len, held.values())) + sum(map(len, made.values()))
+        plan.resplits.update(resplit.changed(self.tok, tok, held, {t.id: t.text for t in plan.new}, made))
 
     def splits_numbers(self) -> bool:
         """Whether the pre-tokenizer cuts numbers into single digits or groups (Llama 3: up to three,
