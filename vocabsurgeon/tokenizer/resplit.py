@@ -73,7 +73,7 @@ PREFIXES = {"L": ("un",), "N": ("1",)}
 
 def made_up(word: str) -> list[str]:
     """Longer words that hold `word` inside them and that no text needs to have ("Frodos", "Frodoed", "unFrodo";
-    "utf80" and "1utf8" around digits; none around a word with punctuation at both ends)."""
+    "utf80" and "unutf8" for "utf8": a digit next to its last digit; none for a word with punctuation at both ends)."""
     w = word.strip()
     if not w:
         return []
