@@ -21,6 +21,8 @@ where neither neighbour continues the word, resplit.inside), a re-split of a wor
 corpus paragraphs decode to themselves, and the new words are one token alone and after a space.
 
     OMP_NUM_THREADS=1 nice -n 5 python -m bench.resplit_journey --results bench/RESULTS.md
+    ... --gguf-parity --results bench/RESULTS.md                              # merges and added tokens
+    ... --words REQ unread BAD stdin subclasses return Handler INET --results bench/RESULTS.md   # the issue's words
 """
 
 from __future__ import annotations
@@ -174,26 +176,35 @@ def cli(*args: str, stdout: Path | None = None) -> None:
         subprocess.run([sys.executable, "-m", "vocabsurgeon", *args], stdout=out, check=True, cwd=common.REPO)
 
 
-def journey(src: Path, work: Path, n_paragraphs: int, top: int, parity: bool, clock: Clock, reuse: bool = False) -> dict:
+def journey(src: Path, work: Path, n_paragraphs: int, top: int, parity: bool, clock: Clock, reuse: bool = False,
+            given: list[str] | None = None) -> dict:
     """suggest, then add, through the CLI; the figures of both (`reuse`: the outputs of an earlier run, where
-    there are)."""
+    there are; `given`: these words instead of suggest's)."""
+    tag = run_tag(parity, given)
     work.mkdir(parents=True, exist_ok=True)
     paras = domain.paragraphs()
     sample = [paras[i * len(paras) // n_paragraphs] for i in range(n_paragraphs)]
-    corpus, words_file = work / f"corpus-{n_paragraphs}.txt", work / "words.txt"
+    corpus, words_file = work / f"corpus-{n_paragraphs}.txt", work / f"words{tag}.txt"
     corpus.write_text("\n\n".join(sample) + "\n", encoding="utf-8")
+    if given:
+        words_file.write_text("".join(w + "\n" for w in given), encoding="utf-8")
     with clock("suggest"):
-        if not (reuse and words_file.exists()):
+        if not given and not (reuse and words_file.exists()):
             cli("suggest", "-q", str(src), "--corpus", str(corpus), "--top", str(top), "-o", str(words_file), "--json",
                 stdout=work / "suggest.json")
     words = [w for w in words_file.read_text(encoding="utf-8").splitlines() if w.strip()]
-    out = work / ("out-parity" if parity else "out")
+    out = work / f"out{tag}"
     with clock("add"):
         if not (reuse and (out / "tokenizer.json").exists()):
             cli("add", "-q", "--tokens", str(words_file), "--json", "--force", *(["--gguf-parity"] if parity else []),
-                str(src), str(out), stdout=work / f"add{'-parity' if parity else ''}.json")
-    summary = json.loads((work / f"add{'-parity' if parity else ''}.json").read_text(encoding="utf-8"))
-    return {"paragraphs": paras, "sample": len(sample), "words": words, "out": out, "summary": summary}
+                str(src), str(out), stdout=work / f"add{tag}.json")
+    summary = json.loads((work / f"add{tag}.json").read_text(encoding="utf-8"))
+    return {"paragraphs": paras, "sample": len(sample), "words": words, "out": out, "summary": summary, "given": bool(given)}
+
+
+def run_tag(parity: bool, given: list[str] | None) -> str:
+    """"", "-parity", "-words" or "-words-parity": the run's files and RESULTS block."""
+    return "".join(t for t, on in (("-words", bool(given)), ("-parity", parity)) if on)
 
 
 def measure(src: Path, out: Path, work: Path, words: list[str], paragraphs: list[str], summary: dict,
@@ -275,13 +286,17 @@ def report(j: dict, m: dict, clock: Clock, parity: bool) -> str:
     s = j["summary"]
     mech = Counter(MECHANISMS.get(a["mechanism"], a["mechanism"]) for a in s["added"])
     kept = list(dict.fromkeys(a["token"] for a in s["added"]))
-    skipped = "; ".join(f"{x['token']} ({x['reason'][:90]})" for x in s["skipped"]) or "none"
+    skipped = "; ".join(f"{x['token']} ({x['reason'] if len(x['reason']) < 200 else x['reason'][:200] + '...'})"
+                        for x in s["skipped"]) or "none"
     v = s.get("validation") or {}
-    times = ", ".join(f"{k} {t['wall_s']} s wall / {t['cpu_s']} s CPU at load {t['load']}" for k, t in clock.stages.items())
+    times = ", ".join(f"{k} {t['wall_s']} s wall / {t['cpu_s']} s CPU at load {t['load']}" for k, t in clock.stages.items()
+                      if not (k == "suggest" and j["given"]))
     head = (
-        f"SmolLM2-135M-Instruct (bench/real_model.py), {domain.recipe()}: `suggest --top {len(j['words'])}` on "
-        f"{j['sample']} of the {len(j['paragraphs'])} paragraphs (every {len(j['paragraphs'])}/{j['sample']}-th), then "
-        f"`add --tokens{' --gguf-parity' if parity else ''} --json`: {len(kept)} of {len(j['words'])} words kept, "
+        f"SmolLM2-135M-Instruct (bench/real_model.py), {domain.recipe()}: "
+        + ("the words given (`--words`, no `suggest`), " if j["given"] else
+           f"`suggest --top {len(j['words'])}` on {j['sample']} of the {len(j['paragraphs'])} paragraphs (every "
+           f"{len(j['paragraphs'])}/{j['sample']}-th), then ")
+        + f"`add --tokens{' --gguf-parity' if parity else ''} --json`: {len(kept)} of {len(j['words'])} words kept, "
         f"{len(s['added'])} entries ({', '.join(f'{k}: {n}' for k, n in mech.most_common())}), skipped: {skipped}; "
         f"the plan's `longer_words_resplit`: "
         f"{', '.join(sorted(s['longer_words_resplit'])) or 'none'} ({s['longer_words_checked']} holders checked); "
@@ -318,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--paragraphs", type=int, default=120)
     ap.add_argument("--top", type=int, default=50)
     ap.add_argument("--gguf-parity", action="store_true", help="add with --gguf-parity (merges and added tokens)")
+    ap.add_argument("--words", nargs="+", help="add these words instead of suggest's (e.g. the issue's: REQ unread ...)")
     ap.add_argument("--reuse", action="store_true", help="keep the words and output of an earlier run (no timings)")
     ap.add_argument("--results", type=Path, help="write the table into this markdown file, between the markers")
     ap.add_argument("--json", type=Path, help="write every figure here")
@@ -326,15 +342,15 @@ def main(argv: list[str] | None = None) -> int:
 
     src = real_model.build(args.real_work, "smollm2")
     clock = Clock()
-    j = journey(src, args.work, args.paragraphs, args.top, args.gguf_parity, clock, args.reuse)
+    j = journey(src, args.work, args.paragraphs, args.top, args.gguf_parity, clock, args.reuse, args.words)
     m = measure(src, j["out"], args.work, j["words"], j["paragraphs"], j["summary"], clock)
     text = report(j, m, clock, args.gguf_parity)
     print(text)
-    begin, end = ((BEGIN.replace(":begin", "-parity:begin"), END.replace(":end", "-parity:end")) if args.gguf_parity
-                  else (BEGIN, END))
+    tag = run_tag(args.gguf_parity, args.words)
+    begin, end = BEGIN.replace(":begin", f"{tag}:begin"), END.replace(":end", f"{tag}:end")
     if args.results:
-        # the --gguf-parity block goes under the default one's heading (appended after it on a first run)
-        common.write_block(args.results, f"{begin}\n{text}\n{end}", begin, end, None if args.gguf_parity else HEADING)
+        # the other runs' blocks go under the default one's heading (appended after it on a first run)
+        common.write_block(args.results, f"{begin}\n{text}\n{end}", begin, end, None if tag else HEADING)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"summary": j["summary"], "words": j["words"], **m, "stages": clock.stages},
