@@ -101,3 +101,26 @@ def test_holders_are_found_in_the_vocabulary_and_the_corpus_and_only_inside_long
     held = ed.holders(["REQ", "return"], resplit.Holders(resplit.corpus_words(["REQ. REQ_ID INET6 REQUEST"])))
     assert held["REQ"] == ["REQUEST"]  # not "REQ." nor "REQ_ID": there it is a word
     assert " returned" in held["return"] and all(resplit.inside(t, "return") for t in held["return"])
+
+
+def test_a_word_whose_entries_reach_inside_longer_words_is_reported_where_no_vocabulary_or_corpus_holds_one(published):
+    """Issue 39's journey with --gguf-parity on SmolLM2: the added token `iterable` re-split `iterables` of the user's
+    own corpus, and the plan reported nothing, since neither the vocabulary nor validation's corpus holds a longer word
+    with it. Made-up longer words ("Frodos", "unFrodo") are checked too, so the word is reported by what its entries
+    do; entries that only ignore_merges reaches keep them, and are not reported."""
+    parity = TokenizerEditor(published("gpt2"), gguf_parity=True).plan(["Frodo"])
+    assert {t.mechanism for t in parity.new} == {"added"}
+    assert [ex["text"] for ex in parity.resplits["Frodo"]] == [" Frodos", " Frodoed", " unFrodo"]  # after a space
+    assert any("re-split longer words" in n and "--gguf-parity writes merges and added tokens" in n for n in parity.notes)
+    plan = TokenizerEditor(published("gpt2")).plan(["Frodo"])
+    assert {t.mechanism for t in plan.new} == {"vocab"} and plan.resplits == {}
+    # SentencePiece BPE (added tokens, matched anywhere) and WordPiece (the longest entry that starts a word)
+    for src in (published("llama2"), family_checkpoint(published("gpt2").parent.parent / "wp", "wordpiece-cased")):
+        assert "Frodo" in TokenizerEditor(src).plan(["Frodo"]).resplits, src
+
+
+def test_made_up_longer_words_hold_the_word_inside_them():
+    assert resplit.made_up("Frodo") == ["Frodos", "Frodoed", "unFrodo"]
+    assert resplit.made_up("utf8") == ["utf80", "unutf8"]
+    assert resplit.made_up(":=") == [] and resplit.made_up(" ") == []
+    assert all(resplit.inside(t, w) for w in ("Frodo", "utf8", "Москва", "x") for t in resplit.made_up(w))

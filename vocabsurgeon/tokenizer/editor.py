@@ -472,8 +472,11 @@ class TokenizerEditor:
             w, seen = next(iter(plan.resplits.items()))
             ex = seen[0]
             note = (f"{len(plan.resplits)} kept token(s) re-split longer words that hold them (e.g. {w!r}: {ex['text']!r} "
-                    f"{ex['before']} -> {ex['after']}): this tokenizer allows no entry that only the whole word reaches "
-                    "(docs/families.md: added tokens are matched anywhere in raw text, by every runtime); each word's "
+                    f"{ex['before']} -> {ex['after']}): "
+                    + ("--gguf-parity writes merges and added tokens, which llama.cpp reads as transformers does"
+                       if self.gguf_parity and self.family_name == "byte-level-bpe" else
+                       "this tokenizer allows no entry that only the whole word reaches")
+                    + " (docs/families.md: added tokens are matched anywhere in raw text, by every runtime); each word's "
                     "longer words: longer_words_resplit in --json")
             plan.notes.append(note)
             logger.warning("%s", note)
@@ -659,8 +662,15 @@ class TokenizerEditor:
         the edited tokenizer `tok`, and report each change per word (`plan.resplits`): where the family's
         entries cannot keep longer words (added tokens, merges, Unigram pieces, WordPiece entries)."""
         held = self.holders(list(dict.fromkeys(t.text for t in plan.new)), self._corpus)
-        plan.checked_holders = sum(map(len, held.values()))
-        plan.resplits.update(resplit.changed(self.tok, tok, held, {t.id: t.text for t in plan.new}))
+        # and made-up ones ("Frodos", "unFrodo"): an added token or a merge re-splits longer words that neither the
+        # vocabulary nor the corpora hold (a user's own text), so the word is reported by what its entries do, not by
+        # what the plan happens to see. Not for words whose entries are all byte-level entries that only
+        # ignore_merges reaches: only a whole pre-token equal to one reaches it, never a longer word.
+        whole = self.family_name == "byte-level-bpe"
+        made = {w: resplit.made_up(w) for w in dict.fromkeys(t.text for t in plan.new
+                                                             if not (whole and t.mechanism == "vocab"))}
+        plan.checked_holders = sum(map(len, held.values())) + sum(map(len, made.values()))
+        plan.resplits.update(resplit.changed(self.tok, tok, held, {t.id: t.text for t in plan.new}, made))
 
     def splits_numbers(self) -> bool:
         """Whether the pre-tokenizer cuts numbers into single digits or groups (Llama 3: up to three,
