@@ -128,3 +128,24 @@ def check_resize_keeps_new_rows(out: Path, ids: list[int]) -> None:
     with torch.no_grad():
         hidden = model(input_ids=torch.tensor([ids])).last_hidden_state
     assert torch.isfinite(hidden.float()).all()
+
+
+def check_padded_batch_matches_each_text_alone(out: Path, texts: list[str], side: str) -> list[int]:
+    """Batched, padded inference (`side` padding, the position ids a server passes) gives each text the logits
+    it gets alone; returns the batch's ids."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(out)
+    tok.pad_token, tok.padding_side = tok.pad_token or tok.eos_token, side
+    model = AutoModelForCausalLM.from_pretrained(out).eval()
+    batch = tok(texts, padding=True, return_tensors="pt")
+    mask = batch.attention_mask
+    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)  # what a server passes with left padding
+    with torch.no_grad():
+        logits = model(**batch, position_ids=position_ids).logits
+        for i, text in enumerate(texts):
+            alone = model(**tok(text, return_tensors="pt")).logits[0]
+            real = mask[i].bool()
+            assert int(real.sum()) == alone.shape[0]
+            torch.testing.assert_close(logits[i][real], alone, rtol=1e-4, atol=1e-5)
+    return batch.input_ids.flatten().tolist()

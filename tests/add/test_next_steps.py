@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 from builders import ALL_FAMILIES, as_transformers_loads, bytelevel_tokenizer, family_checkpoint, save_checkpoint
-from invariants import check_resize_keeps_new_rows, check_same_tokenizer_behaviour
+from invariants import (check_padded_batch_matches_each_text_alone, check_resize_keeps_new_rows,
+                        check_same_tokenizer_behaviour)
 from tokenizers import Tokenizer
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -202,18 +203,6 @@ def test_resize_then_a_few_trainer_steps_lower_the_loss_on_text_with_the_new_wor
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_padded_batches_of_old_and_new_text_give_the_logits_of_each_text_alone(untied, side):
     src, out, ids = untied
-    tok = AutoTokenizer.from_pretrained(out)
-    tok.pad_token, tok.padding_side = tok.eos_token, side
-    model = AutoModelForCausalLM.from_pretrained(out).eval()
-    texts = [TRAIN[0], OLD[0], "Frodo", OLD[1] + " " + TRAIN[3]]
-    batch = tok(texts, padding=True, return_tensors="pt")
-    mask = batch.attention_mask
-    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)  # what a server passes with left padding
-    with torch.no_grad():
-        logits = model(**batch, position_ids=position_ids).logits
-        for i, text in enumerate(texts):
-            alone = model(**tok(text, return_tensors="pt")).logits[0]
-            real = mask[i].bool()
-            assert int(real.sum()) == alone.shape[0]
-            torch.testing.assert_close(logits[i][real], alone, rtol=1e-4, atol=1e-5)
-    assert set(ids) & set(batch.input_ids.flatten().tolist())
+    batch_ids = check_padded_batch_matches_each_text_alone(out, [TRAIN[0], OLD[0], "Frodo", OLD[1] + " " + TRAIN[3]],
+                                                           side)
+    assert set(ids) & set(batch_ids)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from builders import family_checkpoint
-from invariants import check_resize_keeps_new_rows
+from invariants import check_padded_batch_matches_each_text_alone, check_resize_keeps_new_rows
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from vocabsurgeon.add.plan import AddOptions, open_target
@@ -124,18 +124,6 @@ def test_peft_lora_trains_only_the_new_rows_and_reloads(extended, tmp_path):
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_padded_batches_of_old_and_new_text_give_the_logits_of_each_text_alone(extended, side):
     src, out, ids = extended("sp-bpe")
-    tok = AutoTokenizer.from_pretrained(out)
-    tok.pad_token, tok.padding_side = tok.pad_token or tok.eos_token, side
-    model = AutoModelForCausalLM.from_pretrained(out).eval()
-    texts = [NEW[0], OLD[0], NEW[1][:40], OLD[1] + " " + NEW[2]]
-    batch = tok(texts, padding=True, return_tensors="pt")
-    mask = batch.attention_mask
-    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)  # what a server passes with left padding
-    with torch.no_grad():
-        logits = model(**batch, position_ids=position_ids).logits
-        for i, text in enumerate(texts):
-            alone = model(**tok(text, return_tensors="pt")).logits[0]
-            real = mask[i].bool()
-            assert int(real.sum()) == alone.shape[0]
-            torch.testing.assert_close(logits[i][real], alone, rtol=1e-4, atol=1e-5)
-    assert set(ids) & set(batch.input_ids.flatten().tolist())
+    batch_ids = check_padded_batch_matches_each_text_alone(out, [NEW[0], OLD[0], NEW[1][:40], OLD[1] + " " + NEW[2]],
+                                                           side)
+    assert set(ids) & set(batch_ids)
