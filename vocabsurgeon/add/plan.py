@@ -316,10 +316,9 @@ def plan_tokens(target: Target, tokens: list[str]) -> Plan:
     reuse = editor.reusable_ids(min(layout.rows, limit[0]) if limit else layout.rows) if options.reuse_reserved else None
     tplan = editor.plan(tokens, special=options.special, first_id=layout.rows if reuse else size, reuse=reuse,
                         corpus=_check_texts(options))
-    if limit:
-        check_text_ids(ckpt, layout, [t.id for t in tplan.new],
-                       "it has too few unused placeholder tokens below that for them: add fewer tokens" if reuse else
-                       f"pass --reuse-reserved to put them on the tokenizer's unused placeholder tokens below {limit[0]}")
+    check_text_ids(ckpt, layout, [t.id for t in tplan.new],
+                   "it has too few unused placeholder tokens below that for them: add fewer tokens" if reuse else
+                   "pass --reuse-reserved to put them on the tokenizer's unused placeholder tokens below it")
     if options.strict and tplan.skipped:
         first = tplan.skipped[0]
         raise InputError(f"--strict: {len(tplan.skipped)} token(s) would be skipped, e.g. {first['token']!r}: "

@@ -75,6 +75,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
 )
 
 BY_MODEL_TYPE = {mt: a for a in ARCHITECTURES for mt in a.model_types}
+BY_NAME = {a.name: a for a in ARCHITECTURES}  # a VocabLayout's architecture -> its row
 
 
 @dataclass
@@ -235,7 +236,7 @@ def check_runs_new_ids(ckpt: Checkpoint, layout: VocabLayout) -> None:
     Raises:
         UnsupportedVersion: one line naming the matrix, the installed transformers and the upgrade.
     """
-    arch = next((a for a in ARCHITECTURES if a.name == layout.architecture), None)
+    arch = BY_NAME.get(layout.architecture)
     if arch is None or not arch.partial_extra_since or isinstance(ckpt.config.get("text_config"), dict):
         return
     partial = [n for n in (_find(ckpt, (e,)) for e in arch.extra)
@@ -253,7 +254,7 @@ def check_runs_new_ids(ckpt: Checkpoint, layout: VocabLayout) -> None:
 def text_id_limit(config: dict, layout: VocabLayout) -> tuple[int, str] | None:
     """(the first id the multimodal model reads as another modality's token, the config path that says so),
     or None where every id is text (`Architecture.modality_offsets`; only configs that have those sections)."""
-    arch = next((a for a in ARCHITECTURES if a.name == layout.architecture), None)
+    arch = BY_NAME.get(layout.architecture)
     found = []
     for path in arch.modality_offsets if arch else ():
         section, key = path.split(".")
@@ -358,7 +359,7 @@ def untie(ckpt: Checkpoint, layout: VocabLayout) -> VocabLayout:
     """
     if not layout.tied:
         raise InputError(f"{ckpt.path}: the embeddings are already untied; drop --untie")
-    arch = next((a for a in ARCHITECTURES if a.name == layout.architecture), None)
+    arch = BY_NAME.get(layout.architecture)
     if arch is None or arch.name in _NO_UNTIE:
         why = _NO_UNTIE.get(layout.architecture, "its family is not in the architecture table")
         raise InputError(f"{ckpt.path}: --untie is not supported for {layout.architecture} ({why}); drop --untie")
