@@ -149,3 +149,27 @@ def check_padded_batch_matches_each_text_alone(out: Path, texts: list[str], side
             assert int(real.sum()) == alone.shape[0]
             torch.testing.assert_close(logits[i][real], alone, rtol=1e-4, atol=1e-5)
     return batch.input_ids.flatten().tolist()
+
+
+def lm_batch(tok, texts: list[str]) -> dict:
+    """A right-padded causal-LM batch of `texts` with labels (padding masked out), as a fine-tuning script makes one."""
+    tok.pad_token = tok.pad_token or tok.eos_token
+    tok.padding_side = "right"
+    batch = tok(texts, padding=True, return_tensors="pt")
+    return {**batch, "labels": batch.input_ids.masked_fill(batch.attention_mask == 0, -100)}
+
+
+def lm_loss(model, batch: dict) -> float:
+    with torch.no_grad():
+        return model(**batch).loss.item()
+
+
+def train_steps(model, batch: dict, steps: int, lr: float = 3e-2) -> None:
+    """`steps` AdamW steps on `batch` over the parameters that require grad (a PEFT model's), then eval mode."""
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
+    model.train()
+    for _ in range(steps):
+        opt.zero_grad()
+        model(**batch).loss.backward()
+        opt.step()
+    model.eval()

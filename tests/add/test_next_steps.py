@@ -9,7 +9,7 @@ import pytest
 import torch
 from builders import ALL_FAMILIES, as_transformers_loads, bytelevel_tokenizer, family_checkpoint, save_checkpoint
 from invariants import (check_padded_batch_matches_each_text_alone, check_resize_keeps_new_rows,
-                        check_same_tokenizer_behaviour)
+                        check_same_tokenizer_behaviour, lm_batch, lm_loss, train_steps)
 from tokenizers import Tokenizer
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -124,25 +124,13 @@ def untied(tmp_path_factory):
     return src, root / "out", [a["id"] for a in d["added"]]
 
 
-def _batch(tok, texts):
-    tok.pad_token = tok.pad_token or tok.eos_token
-    tok.padding_side = "right"
-    batch = tok(texts, padding=True, return_tensors="pt")
-    labels = batch.input_ids.masked_fill(batch.attention_mask == 0, -100)
-    return {**batch, "labels": labels}
-
-
-def _loss(model, batch) -> float:
-    with torch.no_grad():
-        return model(**batch).loss.item()
-
 
 def test_peft_lora_with_the_new_ids_as_trainable_tokens_learns_saves_merges_and_reloads(untied, tmp_path):
     from peft import LoraConfig, PeftModel, get_peft_model
 
     src, out, ids = untied
     tok = AutoTokenizer.from_pretrained(out)
-    batch = _batch(tok, TRAIN)
+    batch = lm_batch(tok, TRAIN)
     assert set(ids) <= set(batch["input_ids"].flatten().tolist())  # the text uses the new words
     base = AutoModelForCausalLM.from_pretrained(out)
     base.resize_token_embeddings(len(tok))
@@ -150,15 +138,9 @@ def test_peft_lora_with_the_new_ids_as_trainable_tokens_learns_saves_merges_and_
     config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
                         trainable_token_indices={"embed_tokens": ids, "lm_head": ids})
     model = get_peft_model(base, config)
-    before = _loss(model, batch)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-2)
-    model.train()
-    for _ in range(30):
-        opt.zero_grad()
-        model(**batch).loss.backward()
-        opt.step()
-    model.eval()
-    after = _loss(model, batch)
+    before = lm_loss(model, batch)
+    train_steps(model, batch, 30)
+    after = lm_loss(model, batch)
     assert after < 0.8 * before, (before, after)
 
     model.save_pretrained(tmp_path / "adapter")
@@ -166,12 +148,12 @@ def test_peft_lora_with_the_new_ids_as_trainable_tokens_learns_saves_merges_and_
     fresh = AutoModelForCausalLM.from_pretrained(out)
     fresh.resize_token_embeddings(len(tok))
     reloaded = PeftModel.from_pretrained(fresh, tmp_path / "adapter").eval()
-    assert _loss(reloaded, batch) == pytest.approx(after, rel=1e-5)
+    assert lm_loss(reloaded, batch) == pytest.approx(after, rel=1e-5)
 
     merged = reloaded.merge_and_unload()
     merged.save_pretrained(tmp_path / "merged")
     again = AutoModelForCausalLM.from_pretrained(tmp_path / "merged").eval()
-    assert _loss(again, batch) == pytest.approx(after, rel=1e-4)
+    assert lm_loss(again, batch) == pytest.approx(after, rel=1e-4)
     # frozen: every old row of both matrices as add wrote it; the new input rows trained
     written = Checkpoint.open(out)
     old_ids = [i for i in range(len(tok)) if i not in ids]
@@ -189,14 +171,14 @@ def test_resize_then_a_few_trainer_steps_lower_the_loss_on_text_with_the_new_wor
     tok = AutoTokenizer.from_pretrained(out)
     model = AutoModelForCausalLM.from_pretrained(out)
     model.resize_token_embeddings(len(tok))
-    batch = _batch(tok, TRAIN)
+    batch = lm_batch(tok, TRAIN)
     rows = [{k: v[i] for k, v in batch.items()} for i in range(len(TRAIN))]
-    before = _loss(model.eval(), batch)
+    before = lm_loss(model.eval(), batch)
     args = TrainingArguments(output_dir=str(tmp_path / "run"), max_steps=20, learning_rate=1e-2,
                              per_device_train_batch_size=4, report_to=[], save_strategy="no", use_cpu=True,
                              logging_steps=5, disable_tqdm=True, seed=0)
     Trainer(model=model, args=args, train_dataset=rows).train()
-    after = _loss(model.eval(), batch)
+    after = lm_loss(model.eval(), batch)
     assert after < 0.8 * before, (before, after)
 
 
