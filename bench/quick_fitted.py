@@ -73,9 +73,10 @@ def bits(ckpt: Path, tok, paragraphs: list[str], new: NewIds | None) -> tuple[fl
         return _bits(lm, seqs, len(prefix), new)[0], seqs, len(prefix)
 
 
-def add_command(src: Path, out: Path, tokens: Path, options: dict, fit: Path, dtype: str = "float32") -> list[str]:
+def add_command(src: Path, out: Path, tokens: Path, options: dict, fit: Path, dtype: str = "float32",
+                device: str = "cpu") -> list[str]:
     cmd = common.vocabsurgeon_command() + ["-q", "add", "--tokens", str(tokens), "--json", "--no-validate",
-                                           "--device", "cpu", "--dtype", dtype, "--force"]
+                                           "--device", device, "--dtype", dtype, "--force"]
     for key, value in options.items():
         cmd += [f"--{key}"] if value is True else [f"--{key}", str(fit) if value == "fit" else str(value)]
     return cmd + [str(src), str(out)]
@@ -83,12 +84,13 @@ def add_command(src: Path, out: Path, tokens: Path, options: dict, fit: Path, dt
 
 def run(label: str, src: Path, tokens: Path, fit: Path, held: str, scratch: Path, args, old_bits: dict) -> dict:
     options, roles, *on = RUNS[label]
-    name = f"quick-{args.model}-{tokens.stem}-{args.dtype}-" + "".join(c for c in label if c.isalnum())  # one per run
+    name = (f"quick-{args.model}-{tokens.stem}-{args.device}-{args.dtype}-"
+            + "".join(c for c in label if c.isalnum()))  # one per run
     out = scratch / name
     shutil.rmtree(out, ignore_errors=True)
     before = common.uptime()
     log = scratch / f"{name}.log"
-    sample = common.measure(add_command(src, out, tokens, options, fit, args.dtype), log)
+    sample = common.measure(add_command(src, out, tokens, options, fit, args.dtype, args.device), log)
     text = log.read_text()
     summary = json.JSONDecoder().raw_decode(text[text.index("{"):])[0]
     after = common.uptime()
@@ -114,6 +116,7 @@ def run(label: str, src: Path, tokens: Path, fit: Path, held: str, scratch: Path
     kl = (fitted.get("output") or {}).get("old_text_kl") or {}
     shutil.rmtree(out)
     return {"model": args.model, "words": sum(1 for _ in read_tokens_file(tokens)), "init": label, "dtype": args.dtype,
+            "device": args.device,
             "ratio": new_bits / old_bits[scored], "bpb_old": old_bits[scored] / sum(len(p.encode()) for p in usable),
             "paragraphs": len(usable), "add_seconds": round(sample.wall, 1), "add_cpu_seconds": round(sample.cpu, 1),
             "peak_rss": sample.rss,
@@ -123,7 +126,7 @@ def run(label: str, src: Path, tokens: Path, fit: Path, held: str, scratch: Path
 
 
 def key(row: dict) -> tuple:
-    return row.get("domain", "domain"), row["words"], row["init"], row.get("dtype", "float32")
+    return row.get("domain", "domain"), row["words"], row["init"], row.get("dtype", "float32"), row.get("device", "cpu")
 
 
 def table(rows: list[dict], description: str) -> str:
@@ -143,8 +146,9 @@ def _rows(rows: list[dict], ref: dict) -> list[str]:
              "mean (bound) | `add` wall s (CPU s) | peak RSS MB | oracle Adam passes, loss nats/token before -> "
              "after | load average |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for r in sorted(rows, key=lambda r: (r["words"], list(RUNS).index(r["init"]), r.get("dtype", "float32") != "float32")):
-        f32 = {**r, "dtype": "float32"}  # mean and the oracle run no model: their float32 rows are the reference
+    for r in sorted(rows, key=lambda r: (r["words"], list(RUNS).index(r["init"]), r.get("dtype", "float32") != "float32",
+                                         r.get("device", "cpu"))):
+        f32 = {**r, "dtype": "float32", "device": "cpu"}  # mean and the oracle: their float32 CPU rows are the reference
         mean = ref.get(key({**f32, "init": "mean"}))
         best = min((ref[key({**f32, "init": o})] for o in RUNS if "oracle" in o and key({**f32, "init": o}) in ref),
                    default=None)  # the full oracle, else the best part measured (then the share is an upper bound)
@@ -154,7 +158,8 @@ def _rows(rows: list[dict], ref: dict) -> list[str]:
         trained = f"{o['passes']}, {o['start_loss']:.3f} -> {o['final_loss']:.3f}" if o else "-"
         load = f"{common.load_average(r['uptime_before'])}-{common.load_average(r['uptime_after'])}"
         cpu = f" ({r['add_cpu_seconds']:.0f})" if r.get("add_cpu_seconds") is not None else ""
-        init = r["init"] + (f", fit in {r['dtype']}" if r.get("dtype", "float32") != "float32" else "")
+        init = r["init"] + (f", fit in {r['dtype']}" if r.get("dtype", "float32") != "float32" else "") + (
+            f", on {r['device']}" if r.get("device", "cpu") != "cpu" else "")
         lines.append(f"| {r['words']} | {init} | x{r['ratio']:.3f} | {share} | {kl} | {r['add_seconds']:.0f}{cpu} | "
                      f"{r['peak_rss'] / 2**20:.0f} | {trained} | {load} |")
     return lines
@@ -180,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", type=Path, help="write the model's table into this markdown file")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                     help="add's --dtype: what the fit runs the model in (scored in float32 either way)")
+    ap.add_argument("--device", default="cpu", help="add's --device: where the fit runs (cuda: the GPU check)")
     ap.add_argument("--block", help="the RESULTS block written (default: fitted-quick-MODEL)")
     ap.add_argument("--json", type=Path, help="the rows, kept across invocations (default: SCRATCH/quick-MODEL.json)")
     args = ap.parse_args(argv)

@@ -13,7 +13,7 @@ from transformers import BertConfig, BertModel, LlamaConfig, LlamaForCausalLM, M
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 sys.path.insert(0, str(FIXTURES))
-from published import LOCAL, PUBLISHED, TOKENIZER_CONFIG, Missing, fetch  # noqa: E402
+from published import LOCAL, PUBLISHED, TOKENIZER_CONFIG, Missing, Unreachable, fetch  # noqa: E402, F401
 
 NAMES = [*PUBLISHED, *LOCAL]
 

@@ -276,3 +276,26 @@ def test_a_class_that_rebuilds_the_tokenizer_otherwise_is_kept_and_a_word_that_n
     corpus.write_text("Müller and Björk met Müller. " * 40, encoding="utf-8")
     proposed = [c.word for c in suggest_tokens(src, corpus, top=5, min_count=2).words]
     assert "Müller" not in proposed and "Björk" not in proposed, proposed
+
+
+def test_an_uncached_entry_without_a_network_is_unreachable_once(tmp_path, monkeypatch):
+    """On a machine with no network (the offline GPU machine), an entry not in the cache raises Unreachable, which
+    the tests skip on (tests/conftest.py), and the registry is tried once per process, not once per test."""
+    import urllib.request
+
+    import published as module
+
+    calls = []
+
+    def offline(url, timeout):
+        calls.append(url)
+        raise OSError("[Errno 101] Network is unreachable")
+
+    monkeypatch.setattr(module, "CACHE", tmp_path)
+    monkeypatch.setattr(module, "_UNREACHABLE", {})
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    for _ in range(2):
+        with pytest.raises(module.Unreachable, match=r"llama3.*not in fixtures/.cache/published/ .*Network is unreachable"):
+            fetch("llama3")
+    assert len(calls) == 1
+    assert issubclass(module.Unreachable, Missing)  # what every `except Missing` of the tests skips on
