@@ -7,17 +7,20 @@
 `run` writes into `--out`: env.json (device, versions), tests.log and junit.xml (the suite, `pytest -n auto`),
 and gpu_check.json and gpu_check.md with the bench:
 
-- covariance: `add --init mean-noise --no-validate` of a generated real-shaped checkpoint (bench/common.py's
-  `quick` size: 32,256 x 1,024, 0.5 GB) with `--device cuda` and `--device cpu`: wall seconds of each and the
-  largest difference between their new rows (old rows must be bit-identical);
-- fitted: `add --init fitted` with validation on the trained fixture llama-tiny (and on SmolLM2-135M where
-  bench/work holds it: `python -m bench.real_model` on the host) on cuda in the checkpoint's dtype, on cuda in
-  float32, and on the CPU in float32 and bfloat16 (the dry run: llama-tiny alone): seconds, validation's bits
-  per byte ratio (new model and tokenization over the original's, on the held-out paragraphs) and the KL
-  against its bound;
-- add: bench/add_bench.py's `all` (vocabsurgeon add, the transformers way, the copy floor `cp` + `sync`) on
-  the same machine, its RESULTS block written into add_bench.md.
+- covariance: `add --init mean` and `--init mean-noise`, `--no-validate`, of a generated real-shaped checkpoint
+  (bench/common.py's size `--size`, add_bench's, generated once for both steps) with `--device cuda` and
+  `--device cpu`: wall seconds of each and the largest difference between the two devices' noise rows;
+- fitted: `add --init fitted` with validation on the trained fixture llama-tiny on cuda in the checkpoint's
+  dtype, on cuda in float32, and on the CPU in float32 and bfloat16 (the dry run: at a few steps): seconds,
+  validation's bits per byte ratio (new model and tokenization over the original's, on the held-out
+  paragraphs) and the KL against its bound;
+- smollm2 (asked for by name): bench/quick_fitted.py's `fitted` and `fitted --untie` on SmolLM2-135M-Instruct
+  with `--device cuda`, the fit in bfloat16 and in float32, on the domain files of `--domain`;
+- add_bench: bench/add_bench.py's `all` (vocabsurgeon add, the transformers way on the CPU and on the GPU,
+  the copy floor `cp` + `sync`) on the same machine, its RESULTS block written into add_bench.md.
 
+Each child process runs under `--timeout` in its own process group, killed whole past it or when this
+script is stopped: a fit left behind would hold the GPU.
 `--cpu` runs every step with `--device cpu` at bench/common.py's `tiny` size, without the suite unless
 `--tests` names some: what a test runs in seconds to keep the script working where no GPU is. Each step's
 failure is recorded and the next one runs; the exit status is 1 when any step failed.
@@ -167,16 +170,11 @@ def _held_split(work: Path) -> tuple[Path, Path]:
 
 
 def fitted(work: Path, out: Path, cuda: bool, ways: list[str] | None = None) -> list[dict]:
-    """`add --init fitted` (validated on held-out text) on cuda in the checkpoint's dtype, in float32, and on
-    the CPU, for each model there is: the trained fixture always, SmolLM2-135M when bench/work holds it."""
+    """`add --init fitted` (validated on held-out text) on the trained fixture, on cuda in the checkpoint's dtype,
+    in float32, and on the CPU in float32 and bfloat16."""
     fit, held = _held_split(work)
     lotr = read_tokens_file(FIXTURES / "lotr.txt")
-    models = [("llama-tiny", FIXTURES / "llama-tiny", lotr, fit, held)]
-    smol = common.WORK / "smollm2-135m-instruct"
-    words = sorted(common.WORK.glob("domain-words-smollm2-135m-instruct-*.txt"))
-    if cuda and smol.is_dir() and words:
-        models.append(("SmolLM2-135M", smol, read_tokens_file(words[0]),
-                       common.WORK / "domain-fit.txt", common.WORK / "domain-held.txt"))
+    models = [("llama-tiny", FIXTURES / "llama-tiny", lotr, fit, held)]  # SmolLM2: the smollm2 step
     default = (["cuda:checkpoint", "cuda:float32"] if cuda else []) + ["cpu:float32", "cpu:bfloat16"]
     ways = [tuple(w.split(":")) for w in (ways or default)]  # (--device, --dtype)
     rows = []

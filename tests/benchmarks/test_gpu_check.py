@@ -35,3 +35,15 @@ def test_a_failing_step_is_recorded_and_the_exit_status_says_so(tmp_path, monkey
     res = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
     assert code == 1 and res["covariance"] == {"error": "RuntimeError: add exited 2: no such option"}
     assert "add exited 2: no such option" in (tmp_path / "out" / "gpu_check.md").read_text()
+
+
+def test_the_transformers_way_on_the_gpu_is_timed_only_where_there_is_one(tmp_path, monkeypatch):
+    """add_bench times `transformers (cuda)` (the model loaded onto the GPU, as users with one do) beside the CPU
+    way on a CUDA machine, and leaves it out elsewhere instead of failing."""
+    from bench import add_bench
+
+    monkeypatch.setattr(add_bench, "_cuda", lambda: True)
+    cmds = add_bench.commands(tmp_path / "src", tmp_path / "out", tmp_path / "tokens.txt")
+    assert cmds["transformers (cuda)"][-5:-3] == ["--device", "cuda"] and "--device" not in cmds["transformers"]
+    monkeypatch.setattr(add_bench, "_cuda", lambda: False)
+    assert "transformers (cuda)" not in add_bench.commands(tmp_path / "src", tmp_path / "out", tmp_path / "tokens.txt")
