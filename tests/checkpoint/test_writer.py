@@ -66,6 +66,33 @@ def test_old_bytes_copied_before_the_row_count_is_known_land_where_the_final_lay
         sorted(vocab, key=lambda n: header.tensors[[t.name for t in header.tensors].index(n)].start)
 
 
+def test_the_new_header_keeps_the_old_bytes_at_their_offset_within_a_page(tmp_path):
+    """The kernel copies a range whose source and destination lie at the same offset within a page 1.5x faster
+    than a range shifted by a few bytes; a new header (other shapes, another length) would shift every tensor.
+    The header is padded so that the most old bytes keep their page offset: here all but the small ones."""
+    rng = np.random.default_rng(0)
+    tensors = {"embed": rng.standard_normal((300, 1024)).astype(np.float32),  # rows of 4 KiB, as bf16 rows of 2048
+               "norm": np.ones(77, dtype=np.float32),  # shifts what follows off the page
+               "w1": rng.standard_normal((512, 1024)).astype(np.float32),
+               "w2": rng.standard_normal((256, 1024)).astype(np.float32)}
+    src, dst = tmp_path / "in.safetensors", tmp_path / "out.safetensors"
+    save_file(tensors, str(src), metadata={"format": "pt"})
+    header = read_header(src)
+    old = {t.name: t for t in header.tensors}
+    least = len(writer.encode_header([(t.name, t.dtype, t.shape, t.nbytes) for t in header.tensors], header.metadata))
+    reserved, placed = reserve_layout(header, ("embed",))
+    layout = final_layout(reserved, {"embed": (305, 1024)})
+    assert len(reserved.head) > least - 8 and (layout.starts["w1"] - old["w1"].start) % 4096 == 0
+    assert (layout.starts["w2"] - old["w2"].start) % 4096 == 0
+    assert len(layout.head) % 8 == 0 and len(layout.head) < least + 4096 + 128  # under a page of padding
+    copy_old_bytes(src, reserved, dst, names=placed)
+    new_rows = rng.standard_normal((5, 1024)).astype(np.float32)
+    write_rows(dst, layout, {"embed": GrownTensor((305, 1024), new_rows.tobytes())})
+    got = load_file(str(dst))  # the padding is spaces in the header, which the format allows
+    assert np.array_equal(got["embed"], np.concatenate([tensors["embed"], new_rows]))
+    assert all(np.array_equal(got[n], tensors[n]) for n in ("norm", "w1", "w2"))
+
+
 def test_a_header_that_outgrows_its_reservation_is_an_internal_error():
     from vocabsurgeon.errors import VocabSurgeonError
 

@@ -163,6 +163,30 @@ class ShardLayout:
     last: tuple[str, ...] = ()  # the tensors laid out after all the others (the vocabulary tensors)
 
 
+_PAGE = 4096
+
+
+def _page_aligned_size(header: ShardHeader, entries: list[tuple[str, str, tuple[int, ...], int]], least: int) -> int:
+    """The header size (at least `least`, a multiple of 8) that puts the most old bytes at the same offset within
+    a page as in the input shard. The kernel copies such ranges page by page; a range shifted by a few bytes
+    copied 1.5x slower (1.6 GB: 0.70-0.78 s aligned, 1.16-1.19 s shifted by 8 bytes, on this project's ext4 disk),
+    and a new header's length, which differs from the old one's, shifts every tensor. The padding is spaces,
+    which the format allows, at most 4 KiB."""
+    by_name = {t.name: t for t in header.tensors}
+    weight: dict[int, int] = {}
+    rel = 0
+    for name, _, _, nbytes in entries:
+        old = by_name[name]
+        residue = (old.start - rel) % _PAGE  # a header of this size mod the page aligns this tensor's old bytes
+        if residue % 8 == 0:
+            weight[residue] = weight.get(residue, 0) + old.nbytes
+        rel += nbytes
+    if not weight:
+        return least
+    best = max(weight, key=lambda r: (weight[r], -r))
+    return least + (best - least) % _PAGE
+
+
 # More rows than any real matrix: a header laid out with it is at least as long as the real one.
 _ANY_ROWS = 10**15
 
@@ -181,7 +205,8 @@ def layout_shard(header: ShardHeader, new_shapes: dict[str, tuple[int, ...]], *,
         for d in shape:
             nbytes *= d
         entries.append((t.name, t.dtype, tuple(shape), nbytes))
-    head = encode_header(entries, header.metadata, head_size)
+    head = encode_header(entries, header.metadata, head_size if head_size is not None else _page_aligned_size(
+        header, entries, len(encode_header(entries, header.metadata))))
     starts, sizes, pos = {}, {}, len(head)
     for name, _, _, nbytes in entries:
         starts[name], sizes[name] = pos, nbytes
