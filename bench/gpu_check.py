@@ -37,6 +37,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -291,7 +292,16 @@ def report(res: dict) -> str:
 
 
 def run(args) -> int:
-    signal.signal(signal.SIGTERM, _kill_children)
+    if threading.current_thread() is not threading.main_thread():
+        return _run(args)
+    previous = signal.signal(signal.SIGTERM, _kill_children)
+    try:
+        return _run(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)  # run() is also called in a test's process
+
+
+def _run(args) -> int:
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     work = args.work

@@ -292,20 +292,26 @@ def test_an_interrupt_swallowed_by_a_library_still_stops_the_wait_for_the_copy()
     # wait for the copying thread must still end with KeyboardInterrupt, not wait for the copy.
     from vocabsurgeon.add.surgery import _noting_interrupts, _Worker
 
+    # Ctrl-C as a terminal user has it: a suite started in the background (`cmd &`) inherits SIGINT ignored
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     release = threading.Event()
     interrupted = threading.Event()
-    with _noting_interrupts(interrupted):
-        copying = _Worker(release.wait, 60, interrupted=interrupted)
-        try:
-            signal.raise_signal(signal.SIGINT)
-        except KeyboardInterrupt:
-            pass  # what the library did
-        t0 = time.monotonic()
-        with pytest.raises(KeyboardInterrupt):
-            copying.join()
-        assert time.monotonic() - t0 < 5
-    release.set()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is restored
+    try:
+        with _noting_interrupts(interrupted):
+            copying = _Worker(release.wait, 60, interrupted=interrupted)
+            try:
+                signal.raise_signal(signal.SIGINT)
+            except KeyboardInterrupt:
+                pass  # what the library did
+            t0 = time.monotonic()
+            with pytest.raises(KeyboardInterrupt):
+                copying.join()
+            assert time.monotonic() - t0 < 5
+        release.set()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is restored
+    finally:
+        release.set()
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_ctrl_c_during_validation_says_the_output_is_written_and_validate_fills_it_in(gpt2_ckpt, tmp_path,

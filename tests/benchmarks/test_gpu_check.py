@@ -47,3 +47,13 @@ def test_the_transformers_way_on_the_gpu_is_timed_only_where_there_is_one(tmp_pa
     assert cmds["transformers (cuda)"][-5:-3] == ["--device", "cuda"] and "--device" not in cmds["transformers"]
     monkeypatch.setattr(add_bench, "_cuda", lambda: False)
     assert "transformers (cuda)" not in add_bench.commands(tmp_path / "src", tmp_path / "out", tmp_path / "tokens.txt")
+
+
+def test_the_check_leaves_the_callers_sigterm_handler_as_it_found_it(tmp_path, monkeypatch):
+    """`run` kills its children's process groups on SIGTERM while it runs, and restores the caller's handler."""
+    import signal
+
+    monkeypatch.setattr(gpu_check, "covariance", lambda *args: {"cpu_mean-noise_seconds": 1.0})
+    before = signal.getsignal(signal.SIGTERM)
+    gpu_check.main(["run", "--cpu", "--out", str(tmp_path / "out"), "--work", str(tmp_path / "w"), "--steps", "covariance"])
+    assert signal.getsignal(signal.SIGTERM) is before
