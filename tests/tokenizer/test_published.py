@@ -299,3 +299,40 @@ def test_an_uncached_entry_without_a_network_is_unreachable_once(tmp_path, monke
             fetch("llama3")
     assert len(calls) == 1
     assert issubclass(module.Unreachable, Missing)  # what every `except Missing` of the tests skips on
+
+
+@pytest.mark.parametrize("stderr, error", [
+    ("WARNING: Retrying ... NewConnectionError: Failed to establish a new connection: [Errno -3] Temporary failure "
+     "in name resolution\nERROR: No matching distribution found for x==1", "Unreachable"),
+    ("ERROR: Could not find a version that satisfies the requirement x==1 (from versions: 0.9)\n"
+     "ERROR: No matching distribution found for x==1", "RuntimeError"),
+])
+def test_a_wheel_that_pip_cannot_reach_skips_and_one_the_index_lacks_fails(monkeypatch, stderr, error):
+    """Without a network the tests skip (Unreachable); an index that answers without the pinned version is a broken
+    pin, which must fail CI rather than skip."""
+    import subprocess
+
+    import published as module
+
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, "", stderr))
+    module._download_wheel.cache_clear()
+    with pytest.raises(RuntimeError) as got:
+        module._download_wheel("x", "1")
+    assert type(got.value).__name__ == error
+
+
+def test_a_registry_that_answers_without_the_pinned_file_fails(tmp_path, monkeypatch):
+    import urllib.error
+    import urllib.request
+
+    import published as module
+
+    def not_found(url, timeout):
+        raise urllib.error.HTTPError(url, 404, "Not Found", None, None)
+
+    monkeypatch.setattr(module, "CACHE", tmp_path)
+    monkeypatch.setattr(module, "_UNREACHABLE", {})
+    monkeypatch.setattr(urllib.request, "urlopen", not_found)
+    with pytest.raises(RuntimeError, match="404") as got:
+        fetch("llama3")
+    assert not isinstance(got.value, module.Unreachable)
