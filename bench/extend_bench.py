@@ -182,8 +182,8 @@ def compression(sizes: list[int], langs: list[str], results: Path | None = None,
     tiny_llama = bench.fixture_module("published").tiny_llama
 
     from vocabsurgeon.add.plan import AddOptions, open_target
-    from vocabsurgeon.extend.learn import pre_tokens
-    from vocabsurgeon.extend.plan import PACKAGED_CORPUS, ExtendOptions, old_text_changes, paragraphs, plan_extend
+    from vocabsurgeon.extend.plan import (PACKAGED_CORPUS, ExtendOptions, old_text_changes, outside_keep_text,
+                                         paragraphs, plan_extend)
     from vocabsurgeon.tokenizer.encoding import unpadded
     from tokenizers import Tokenizer
 
@@ -212,12 +212,11 @@ def compression(sizes: list[int], langs: list[str], results: Path | None = None,
                 rec, appended = recipe(plan.editor, path, n)
                 # the held-out paragraphs that --keep-text lets change: those holding a character (byte) the keep file
                 # lacks; the others (English messages left untranslated, code) keep the original's tokens
-                spell = pre_tokens(old, kept.split)
-                fresh = [t for t in held if not kept.keep_chars.issuperset("".join(spell(t)))]
+                fresh = [t for t, o in zip(held, outside_keep_text(old, held, kept.keep_chars, kept.split)) if o]
                 row = {"tokenizer": name, "lang": lang, "n": n, "corpus_mb": round(path.stat().st_size / 1e6, 1),
                        "original": tokens_per_byte(old, held), "extend": tokens_per_byte(new, held),
                        "recipe": tokens_per_byte(rec, held), "extend_tokens": len(plan.tokens.new),
-                       "kept": tokens_per_byte(new_kept, held), "kept_changed": changed(old, new_kept, english),
+                       "kept": tokens_per_byte(new_kept, held), "kept_changed": held_old.changed,
                        "recipe_tokens": appended, "extend_changed": changed(old, new, english),
                        "recipe_changed": changed(old, rec, english), "old_texts": len(english),
                        "outside_keep": held_old.outside, "kept_changed_inside_keep": held_old.inside_changed,

@@ -309,6 +309,12 @@ def spelling(tok: Tokenizer, texts: list[str], split=None) -> set[str]:
     return {ch for t in texts for w in run(t) for ch in w}
 
 
+def outside_keep_text(tok: Tokenizer, texts: list[str], keep_chars: set[str], split=None) -> list[bool]:
+    """For each of `texts`, whether it holds a character (byte) outside `keep_chars`: only such text can change."""
+    run = pre_tokens(tok, split)
+    return [not keep_chars.issuperset("".join(run(t))) for t in texts]
+
+
 def old_text_changes(old: Tokenizer, new: Tokenizer, source: str, texts: list[str], keep_chars: set[str] | None = None,
                      split=None) -> OldText:
     """How many of `texts` get other ids from `new` than from `old`; with `keep_chars` (--keep-text's), also how many
@@ -317,8 +323,7 @@ def old_text_changes(old: Tokenizer, new: Tokenizer, source: str, texts: list[st
     changed = [t for t, x, y in zip(texts, a, b) if x != y]
     outside = inside_changed = None
     if keep_chars is not None:
-        run = pre_tokens(old, split)
-        out = [not keep_chars.issuperset("".join(run(t))) for t in texts]
+        out = outside_keep_text(old, texts, keep_chars, split)
         outside = sum(out)
         inside_changed = sum(x != y and not o for x, y, o in zip(a, b, out))
     return OldText(source, len(texts), len(changed), changed[0][:60] if changed else None, outside, inside_changed)
