@@ -59,10 +59,10 @@ def commands(src: Path, out: Path, tokens: Path) -> dict[str, list[str]]:
 # The steps tools/phases.py times, by what they do. Reads are inside "copy" (the old bytes, copy_file_range)
 # and "init" (the statistics stream the old rows); "write" is the new rows, the tokenizer, config, index, card.
 PHASE_KIND = {"plan_tokens": "plan", "copy_old_bytes": "copy", "copy_file": "copy", "row_stats": "init",
-              "_all_new_rows": "init",
-              "write_rows": "write", "_write_metadata_files": "write", "_copy_other_files": "write",
+              "all_new_rows": "init",
+              "write_rows": "write", "write_metadata_files": "write", "copy_other_files": "write",
               "write_model_card": "write", "fsync": "fsync", "fdatasync": "fsync", "verify_tokenizer": "verify",
-              "_verify_rows": "verify", "_verify": "verify", "rows_kept": "verify"}
+              "verify_rows": "verify", "verify_checkpoint": "verify", "rows_kept": "verify"}
 KINDS = ("plan", "copy", "init", "write", "fsync", "verify")
 
 

@@ -182,8 +182,8 @@ def row_oracle(src: Path, words: list[str], test: list[str], passes: int = ORACL
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from vocabsurgeon.fitted.common import FitToken, length_batches, new_token_embeds, pad_batch, subword_mean
-    from vocabsurgeon.fitted.encoder import pool, read_pooling
+    from vocabsurgeon.init.fitted.common import FitToken, length_batches, new_token_embeds, pad_batch, subword_mean
+    from vocabsurgeon.init.fitted.encoder import pool, read_pooling
 
     with tempfile.TemporaryDirectory() as tmp:
         add_tokens(src, Path(tmp) / "probe", words, init="mean")

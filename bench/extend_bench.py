@@ -113,7 +113,7 @@ def recipe(editor, corpus_path: Path, n: int):
     """The recipe: train N merges with `tokenizers` on the corpus, append the missing pieces and their merges."""
     from tokenizers import Tokenizer, models, trainers
 
-    from vocabsurgeon.trim.tokenizer import merge_parts
+    from vocabsurgeon.tokenizer.encoding import merge_parts
 
     from tokenizers import pre_tokenizers
 

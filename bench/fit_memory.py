@@ -43,7 +43,7 @@ def _data(P: int, k: int, hidden: int, seed: int = 0):
     log Z, 5 of 6 positions followed by a word (the 8,000-token run had 30,062 of ~36,000), weights 1 and 16."""
     import torch
 
-    from vocabsurgeon.fitted.causal import _OutputData
+    from vocabsurgeon.init.fitted.causal import _OutputData
 
     g = torch.Generator().manual_seed(seed)
     h = torch.randn(P, hidden, generator=g) * 2.0  # (P, hidden) float32
@@ -57,13 +57,13 @@ def _data(P: int, k: int, hidden: int, seed: int = 0):
 
 
 def _before_module(rev: str, work: Path):
-    """causal.py of git `rev`, imported as vocabsurgeon.fitted._causal_before (its relative imports: this tree's)."""
-    text = subprocess.run(["git", "show", f"{rev}:vocabsurgeon/fitted/causal.py"], capture_output=True, text=True,
+    """causal.py of git `rev`, imported as vocabsurgeon.init.fitted._causal_before (its relative imports: this tree's)."""
+    text = subprocess.run(["git", "show", f"{rev}:vocabsurgeon/init/fitted/causal.py"], capture_output=True, text=True,
                           check=True, cwd=HERE.parent).stdout
     work.mkdir(parents=True, exist_ok=True)
     path = work / f"causal_{rev}.py"
     path.write_text(text)
-    spec = importlib.util.spec_from_file_location("vocabsurgeon.fitted._causal_before", path)
+    spec = importlib.util.spec_from_file_location("vocabsurgeon.init.fitted._causal_before", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -77,7 +77,7 @@ def child(which: str, P: int, k: int, hidden: int, rev: str, steps: int, rows_ou
     if which == "before":
         fit = _before_module(rev, rows_out.parent).fit_output_rows
     else:
-        from vocabsurgeon.fitted.causal import fit_output_rows as fit
+        from vocabsurgeon.init.fitted.causal import fit_output_rows as fit
     data, prior = _data(P, k, hidden)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     t0, c0 = time.perf_counter(), time.process_time()

@@ -161,7 +161,7 @@ def covariance(work: Path, out: Path, cuda: bool, size: str) -> dict:
 
 
 def _held_split(work: Path) -> tuple[Path, Path]:
-    """corpus_lotr.txt's paragraphs: the first two thirds to fit on, the rest held out (as tests/fitted do)."""
+    """corpus_lotr.txt's paragraphs: the first two thirds to fit on, the rest held out (as tests/init do)."""
     paras = [p for p in (FIXTURES / "corpus_lotr.txt").read_text(encoding="utf-8").split("\n\n") if p.strip()]
     cut = len(paras) * 2 // 3
     fit, held = work / "gpu-check-fit.txt", work / "gpu-check-held.txt"

@@ -104,8 +104,8 @@ def fit_setup(request):
     """For the distillation tests, per committed fixture (GPT-2: learned positions; Llama: rotary, a BOS
     prefix): (model, windows of corpus_lotr.txt that use four names, the teacher pass over them, the
     names as FitTokens, their sub-word mean rows)."""
-    from vocabsurgeon.fitted import causal as fitted
-    from vocabsurgeon.fitted import check_kind
+    from vocabsurgeon.init.fitted import causal as fitted
+    from vocabsurgeon.init.fitted import check_kind
     from vocabsurgeon.runtime import load_tokenizer, loaded_model
 
     src = FIXTURES / request.param

@@ -90,5 +90,20 @@ def test_the_rooms_import_each_other_without_a_circle():
         rooms.setdefault(_room(module), set()).update(_room(d) for d in deps if _room(d) != _room(module))
     cycle = _cycle(rooms)
     assert cycle is None, "rooms import in a circle: " + " -> ".join(cycle)
-    assert "fitted" not in rooms["validation"] and "validation" not in rooms["fitted"]
+    assert "init" not in rooms["validation"] and "validation" not in rooms["init"]
     assert rooms["kl"] == set()
+
+
+FRONT_ENDS = ("add", "extend", "trim")
+
+
+def test_the_front_ends_stand_on_the_engine_and_not_on_each_other():
+    # add, extend and trim decide which tokens and hand the engine a plan: the engine imports none of them,
+    # and none of them imports another (a front-end that needs another's code has found engine code).
+    rooms: dict[str, set[str]] = {}
+    for module, deps in import_graph().items():
+        rooms.setdefault(_room(module), set()).update(_room(d) for d in deps if _room(d) != _room(module))
+    assert rooms["engine"].isdisjoint({*FRONT_ENDS, "cli", "explore"})
+    for front in FRONT_ENDS:
+        assert rooms[front].isdisjoint(FRONT_ENDS), f"{front} imports {sorted(rooms[front] & set(FRONT_ENDS))}"
+    assert {"add", "extend"} <= {f for f in FRONT_ENDS if "engine" in rooms[f]}

@@ -103,8 +103,8 @@ def fit(src: Path, words: list[str], text: Path, mode: str, steps: int) -> None:
     from transformers import AutoTokenizer
 
     import vocabsurgeon
-    from vocabsurgeon.fitted import causal as fitted
-    from vocabsurgeon.fitted import fit_rows
+    from vocabsurgeon.init.fitted import causal as fitted
+    from vocabsurgeon.init.fitted import fit_rows
 
     # the module that runs the distillation (fitted.py before distill.py was split out of it)
     where = sys.modules[fitted.distill_input_rows.__module__]

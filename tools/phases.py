@@ -24,12 +24,18 @@ import time
 
 T0 = time.perf_counter()
 
-import vocabsurgeon.add.surgery as surgery  # noqa: E402
+import vocabsurgeon.add.pipeline as add  # noqa: E402
 import vocabsurgeon.checkpoint.writer as writer  # noqa: E402
+import vocabsurgeon.engine.job as job  # noqa: E402
+import vocabsurgeon.engine.outputs as outputs  # noqa: E402
+import vocabsurgeon.init.rows as rows  # noqa: E402
+import vocabsurgeon.tokenizer.editor as editor  # noqa: E402
 
-STEPS = ("plan_tokens", "copy_old_bytes", "copy_file", "row_stats", "_all_new_rows", "write_rows",
-         "_write_metadata_files",
-         "_copy_other_files", "write_model_card", "verify_tokenizer", "_verify_rows", "_verify", "rows_kept")
+# (module, name): each step, patched where its caller looks it up
+STEPS = ((add, "plan_tokens"), (job, "copy_old_bytes"), (job, "copy_file"), (rows, "row_stats"),
+         (job, "all_new_rows"), (job, "write_rows"), (job, "write_metadata_files"), (job, "copy_other_files"),
+         (job, "write_model_card"), (editor, "verify_tokenizer"), (job, "verify_rows"), (job, "verify_checkpoint"),
+         (outputs, "rows_kept"))
 log: list[tuple[str, str, float, float]] = []
 
 
@@ -55,8 +61,8 @@ def _free_copy() -> None:
     def kept_self(src, t, dst, dst_start, except_rows=()):
         return same_bytes(src, t.start, src, t.start, t.nbytes)
 
-    surgery.copy_old_bytes = copy_nothing
-    surgery.rows_kept = kept_self
+    job.copy_old_bytes = copy_nothing
+    outputs.rows_kept = kept_self
 
 
 def main() -> None:
@@ -64,8 +70,8 @@ def main() -> None:
     if free:
         del sys.argv[1]
         _free_copy()
-    for name in STEPS:
-        setattr(surgery, name, timed(name, getattr(surgery, name)))
+    for module, name in STEPS:
+        setattr(module, name, timed(name, getattr(module, name)))
     writer.os.fsync = timed("fsync", writer.os.fsync)  # the os module itself: every fsync here is timed
     writer.os.fdatasync = timed("fdatasync", writer.os.fdatasync)
     from vocabsurgeon.cli.commands import main as cli_main

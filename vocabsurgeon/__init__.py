@@ -9,14 +9,17 @@ from ._version import __version__
 from .errors import (InputError, OutputExistsError, PushError, UnsupportedVersion, ValidationFailed, VocabSurgeonError,
                      WriteError)
 from .checkpoint.hub import PushResult, push, resolve_checkpoint
-from .add.modelcard import model_card, write_model_card
+from .engine.modelcard import model_card, write_model_card
 from .init import STRATEGIES
 from .kl import kl_bound
-from .add.plan import AddOptions, Plan, open_target, plan_add, plan_tokens
-from .add.surgery import AddJob, AddResult, add_tokens, apply
+from .engine.target import AddOptions, Plan, open_target
+from .engine.job import AddJob, AddResult, apply
+from .add.plan import plan_add, plan_tokens
+from .add.pipeline import add_tokens
 from .explore.suggest import Suggestion, suggest_tokens
 from .add.wordlist import read_tokens_file
-from .add.pipeline import PushOptions, ValidationOptions, add_validate_push, finish_add
+from .engine.finish import PushOptions, ValidationOptions, finish_add
+from .add.pipeline import add_validate_push
 from .trim.surgery import TrimOptions, TrimPlan, TrimResult, plan_trim, trim_vocabulary
 
 # The checks run models (torch, transformers): imported on first use, so that `import vocabsurgeon`

@@ -75,3 +75,7 @@ EXIT_CODES = {
     EXIT_WRITE: "writing the output failed (disk full, file too large, I/O or permission error); nothing was published",
     EXIT_INTERRUPTED: "interrupted (SIGINT)",
 }
+
+
+class Cancelled(Exception):
+    """Stops a worker thread (the copy, the statistics) after the main thread failed; never reaches a user."""

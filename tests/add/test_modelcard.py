@@ -11,7 +11,7 @@ import pytest
 from huggingface_hub import ModelCard
 from huggingface_hub.repocard import REGEX_YAML_BLOCK
 
-import vocabsurgeon.add.modelcard as mc
+import vocabsurgeon.engine.modelcard as mc
 
 
 def _summary(words=("Frodo", "mith|ril", "`tick`"), repo=None, commit=None, tied=True):
@@ -107,7 +107,7 @@ def test_base_metadata_is_read_as_model_card_reads_it(base, caplog):
     except Exception as e:  # noqa: BLE001 (whatever ModelCard raises, the same is raised here)
         with pytest.raises(type(e)):
             ours()
-        with caplog.at_level(logging.WARNING, logger="vocabsurgeon.add.modelcard"):
+        with caplog.at_level(logging.WARNING, logger="vocabsurgeon.engine.modelcard"):
             text = mc.model_card_text(_summary(), base_card=base)
         assert "the base model card's metadata cannot be read" in caplog.text
         assert ModelCard(text).data.to_dict() == {"tags": [mc.TAG]}
@@ -141,7 +141,7 @@ def test_write_model_card_writes_the_same_bytes_and_keeps_the_base_metadata(tmp_
 
 def test_write_model_card_does_not_import_the_repocard_module(tmp_path):
     (tmp_path / "README.md").write_text(BASE_CARDS["model-index"], encoding="utf-8")
-    code = ("import sys, vocabsurgeon.add.modelcard as m; "
+    code = ("import sys, vocabsurgeon.engine.modelcard as m; "
             f"m.write_model_card(sys.argv[1], {_summary(repo='org/m')!r}, {REPORT!r}); "
             "print('huggingface_hub.repocard' in sys.modules, 'huggingface_hub.hf_api' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)

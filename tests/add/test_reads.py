@@ -13,7 +13,7 @@ import transformers
 
 import vocabsurgeon.checkpoint.reader as reader
 from vocabsurgeon import add_validate_push
-from vocabsurgeon.add.pipeline import ValidationOptions
+from vocabsurgeon.engine.finish import ValidationOptions
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 

@@ -25,7 +25,7 @@ from vocabsurgeon.errors import VocabSurgeonError
 # writing READY: lets a test kill or interrupt the process at a known moment.
 BOOT = r"""
 import os, sys, time, pathlib
-import vocabsurgeon.add.surgery as s
+import vocabsurgeon.engine.job as s
 point, ready, go = os.environ.get("PAUSE_AT"), os.environ.get("READY"), os.environ.get("GO")
 def wrap(name):
     orig = getattr(s, name)
@@ -36,7 +36,7 @@ def wrap(name):
                 time.sleep(0.01)
         return orig(*a, **k)
     setattr(s, name, f)
-for n in ("copy_old_bytes", "copy_file", "write_rows", "_write_metadata_files", "_verify"):
+for n in ("copy_old_bytes", "copy_file", "write_rows", "write_metadata_files", "verify_checkpoint"):
     wrap(n)
 from vocabsurgeon.cli.commands import main
 sys.argv = ["vocabsurgeon"] + sys.argv[1:]
@@ -74,7 +74,7 @@ def cli_run(*args):
     return CliRunner().invoke(cli, [str(a) for a in args])
 
 
-@pytest.mark.parametrize("moment", ["copy_old_bytes", "copy_file", "write_rows", "_write_metadata_files", "_verify"])
+@pytest.mark.parametrize("moment", ["copy_old_bytes", "copy_file", "write_rows", "write_metadata_files", "verify_checkpoint"])
 def test_sigkill_leaves_no_output_and_rerun_sweeps(llama_ckpt, tmp_path, moment):
     before = tree_digest(llama_ckpt)
     out = tmp_path / "out"
@@ -109,7 +109,7 @@ def test_interrupt_cleans_up(llama_ckpt, tmp_path, sig):
 
 def test_two_runs_racing_for_one_output(llama_ckpt, tmp_path):
     out = tmp_path / "out"
-    procs = [spawn(["add", "-q", "--no-validate", "-t", "Frodo", llama_ckpt, out], tmp_path, pause_at="_verify", tag=t)
+    procs = [spawn(["add", "-q", "--no-validate", "-t", "Frodo", llama_ckpt, out], tmp_path, pause_at="verify_checkpoint", tag=t)
              for t in "ab"]
     for t, p in zip("ab", procs):
         wait_for(tmp_path / f"ready-{t}", p)
@@ -265,7 +265,7 @@ def test_config_vocab_size_that_disagrees_is_refused(gpt2_ckpt, tmp_path):
 @pytest.mark.parametrize("which", [0, -1])
 def test_verify_after_write_catches_corruption(monkeypatch, llama_ckpt, tmp_path, which):
     """Each rewritten shard is checked (the embedding's and the lm_head's are two shards here)."""
-    import vocabsurgeon.add.surgery as surgery
+    import vocabsurgeon.engine.job as surgery
 
     rewritten = plan_add(llama_ckpt, ["Frodo"]).rewrite
     assert len(rewritten) == 2
@@ -290,7 +290,7 @@ def test_verify_after_write_catches_corruption(monkeypatch, llama_ckpt, tmp_path
 def test_an_interrupt_swallowed_by_a_library_still_stops_the_wait_for_the_copy():
     # numpy.random's lazy import has been seen to swallow the KeyboardInterrupt of a Ctrl-C; the
     # wait for the copying thread must still end with KeyboardInterrupt, not wait for the copy.
-    from vocabsurgeon.add.surgery import _noting_interrupts, _Worker
+    from vocabsurgeon.engine.job import _noting_interrupts, _Worker
 
     # Ctrl-C as a terminal user has it: a suite started in the background (`cmd &`) inherits SIGINT ignored
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)

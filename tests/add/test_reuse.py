@@ -107,7 +107,7 @@ def test_reused_rows_alone_are_validated_by_add_and_by_validate(padded, tmp_path
     out = tmp_path / "out"
     r = add_tokens(padded, out, ["Frodo", "Gandalf"], reuse_reserved=True)
     assert r.to_dict()["rows_after"] == 608 and len(r.to_dict()["reused_rows"]) == 4
-    from vocabsurgeon.add.pipeline import finish_add
+    from vocabsurgeon.engine.finish import finish_add
 
     report = finish_add(r).report  # validation, as add runs it (it knows the new ids)
     assert report["passed"], report["failures"]

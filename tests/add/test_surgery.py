@@ -94,10 +94,11 @@ def test_row_statistics_are_taken_while_the_tokens_are_planned(llama_ckpt, tmp_p
     # depend on the checkpoint and the options, not on the tokens: add takes them beside the planning.
     import threading
 
-    from vocabsurgeon.add import surgery
+    from vocabsurgeon.add import pipeline
+    from vocabsurgeon.init import rows
 
     taken, threads = threading.Event(), []
-    row_stats, plan_tokens = surgery.row_stats, surgery.plan_tokens
+    row_stats, plan_tokens = rows.row_stats, pipeline.plan_tokens
 
     def stats(*args, **kwargs):
         threads.append(threading.current_thread().name)
@@ -109,8 +110,8 @@ def test_row_statistics_are_taken_while_the_tokens_are_planned(llama_ckpt, tmp_p
         assert taken.wait(60), "no statistics were taken while the tokens were planned"
         return plan_tokens(*args, **kwargs)
 
-    monkeypatch.setattr(surgery, "row_stats", stats)
-    monkeypatch.setattr(surgery, "plan_tokens", plan)
+    monkeypatch.setattr(rows, "row_stats", stats)
+    monkeypatch.setattr(pipeline, "plan_tokens", plan)
     add_tokens(llama_ckpt, tmp_path / "out", WORDS, init="mean-noise", seed=3)
     assert threads and threading.main_thread().name not in threads
     check_surgery(llama_ckpt, tmp_path / "out", 2 * len(WORDS))
@@ -119,7 +120,9 @@ def test_row_statistics_are_taken_while_the_tokens_are_planned(llama_ckpt, tmp_p
 def test_a_failed_job_stops_its_statistics_thread(llama_ckpt, tmp_path, monkeypatch):
     import threading
 
-    from vocabsurgeon.add import surgery
+    from vocabsurgeon.add import pipeline
+    from vocabsurgeon.errors import Cancelled
+    from vocabsurgeon.init import rows
 
     started = threading.Event()
 
@@ -127,14 +130,14 @@ def test_a_failed_job_stops_its_statistics_thread(llama_ckpt, tmp_path, monkeypa
         started.set()
         while not stop.wait(0.01):
             pass
-        raise surgery._Cancelled
+        raise Cancelled
 
     def plan(*args, **kwargs):
         started.wait(60)
         raise InputError("the plan failed")
 
-    monkeypatch.setattr(surgery, "row_stats", stats)
-    monkeypatch.setattr(surgery, "plan_tokens", plan)
+    monkeypatch.setattr(rows, "row_stats", stats)
+    monkeypatch.setattr(pipeline, "plan_tokens", plan)
     with pytest.raises(InputError, match="the plan failed"):
         add_tokens(llama_ckpt, tmp_path / "out", WORDS, init="mean-noise")
     assert started.is_set()
@@ -242,12 +245,12 @@ def test_verification_of_many_tokens_still_catches_a_wrong_one(gpt2_ckpt, tmp_pa
 
 
 def test_streamed_tail_writes_the_same_checkpoint_as_the_eager_one(llama_ckpt, tmp_path, monkeypatch):
-    import vocabsurgeon.add.surgery as surgery
+    import vocabsurgeon.init.rows as rows
 
     words = _made_up_words(40)
     add_tokens(llama_ckpt, tmp_path / "eager", words, init_input="random", init_output="mean", seed=3,
                pad_to_multiple_of=64)
-    monkeypatch.setattr(surgery, "_EAGER_TAIL_BYTES", -1)  # every tail block by block in write_rows
+    monkeypatch.setattr(rows, "_EAGER_TAIL_BYTES", -1)  # every tail block by block in write_rows
     add_tokens(llama_ckpt, tmp_path / "streamed", words, init_input="random", init_output="mean", seed=3,
                pad_to_multiple_of=64)
     for p in sorted((tmp_path / "eager").iterdir()):

@@ -15,7 +15,7 @@ from bench.common import REPO
 
 
 def _has_revision(rev: str) -> bool:
-    return subprocess.run(["git", "cat-file", "-e", f"{rev}:vocabsurgeon/fitted/causal.py"], cwd=REPO,
+    return subprocess.run(["git", "cat-file", "-e", f"{rev}:vocabsurgeon/init/fitted/causal.py"], cwd=REPO,
                           capture_output=True).returncode == 0
 
 

@@ -14,7 +14,7 @@ def test_the_dry_run_runs_each_step_on_the_cpu_and_writes_its_figures(tmp_path):
     out = tmp_path / "out"
     code = gpu_check.main(["run", "--cpu", "--out", str(out), "--work", str(tmp_path / "work"),
                            "--steps", "tests", "covariance", "fitted", "--ways", "cpu:bfloat16",
-                           "--tests=-n 0 tests/fitted/test_dtype.py::test_an_unknown_dtype_is_refused_in_one_line"])
+                           "--tests=-n 0 tests/init/test_dtype.py::test_an_unknown_dtype_is_refused_in_one_line"])
     res = json.loads((out / "gpu_check.json").read_text())
     assert code == 0, res
     assert res["tests"]["exit"] == 0 and (out / "junit.xml").is_file()

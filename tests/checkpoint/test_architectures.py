@@ -397,7 +397,7 @@ def test_new_words_are_one_token_with_the_family_tokenizer(family, built, tmp_pa
 def test_rows_fed_as_inputs_embeds_read_as_the_model_reads_ids(family):
     # --init fitted feeds rows as inputs_embeds (new_token_embeds), which skips the embedding module's
     # forward: Gemma's scales by sqrt(hidden) there. A new token given an old token's row must read as it.
-    from vocabsurgeon.fitted.common import new_token_embeds
+    from vocabsurgeon.init.fitted.common import new_token_embeds
 
     torch.manual_seed(0)
     model = FAMILIES[family].build().eval()

@@ -140,12 +140,12 @@ def test_a_failed_plan_after_the_copy_started_leaves_nothing(gpt2_ckpt, tmp_path
 
 def test_progress_attached_late_still_counts_every_byte(llama_ckpt, tmp_path):
     from vocabsurgeon.checkpoint.reader import Checkpoint
-    from vocabsurgeon.add.plan import open_target
-    from vocabsurgeon.add.surgery import AddJob
+    from vocabsurgeon.add.plan import open_target, plan_tokens
+    from vocabsurgeon.engine.job import AddJob
 
     seen: list[int] = []
     with AddJob(open_target(llama_ckpt), tmp_path / "out") as job:
-        plan = job.plan(["Frodo", "Gandalf"])
+        plan = job.use(plan_tokens(job.target, ["Frodo", "Gandalf"]))
         job.progress = seen.append  # as the CLI does once the plan is printed
         result = job.finish()
     assert set(result.copy_methods) == set(plan.rewrite) | set(plan.copy)

@@ -220,7 +220,7 @@ def test_version():
 
 
 def test_internal_errors_are_one_line(monkeypatch, gpt2_ckpt, tmp_path):
-    import vocabsurgeon.add.surgery as surgery
+    import vocabsurgeon.engine.job as surgery
 
     def boom(*a, **k):
         raise RuntimeError("kaboom")

@@ -22,7 +22,7 @@ from vocabsurgeon.extend.learn import KEEP_PIECE, count_words, words_of
 from vocabsurgeon.extend.pipeline import run_extend
 from vocabsurgeon.extend.plan import PACKAGED_CORPUS, ExtendOptions, paragraphs, plan_extend
 from vocabsurgeon.tokenizer.encoding import encode_ids, unpadded
-from vocabsurgeon.trim.tokenizer import merge_parts
+from vocabsurgeon.tokenizer.encoding import merge_parts
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = Path(__file__).parent / "new_language.txt"  # Russian and Japanese prose, written for these tests
@@ -339,8 +339,8 @@ def test_suggest_points_to_extend_where_whole_words_cover_little(tmp_path):
 def test_fitted_init_fits_the_contexts_the_merges_write_not_the_longest_match(tmp_path):
     """The fitted init's corpus windows hold the new tokens that the edited tokenizer writes there: the longest
     match that finds add's words would join pieces that the merges leave apart."""
-    from vocabsurgeon.fitted.causal import budget_windows
-    from vocabsurgeon.fitted.common import FitToken, Run, Window, find_runs, segmented_runs
+    from vocabsurgeon.init.fitted.causal import budget_windows
+    from vocabsurgeon.init.fitted.common import FitToken, Run, Window, find_runs, segmented_runs
     from vocabsurgeon.runtime import load_tokenizer
     from vocabsurgeon.tokenizer.encoding import unpadded
 

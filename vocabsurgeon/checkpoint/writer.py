@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sized
 
+import numpy as np
+
 from .reader import DTYPE_SIZES, ShardHeader
 from ..errors import InputError, OutputExistsError, VocabSurgeonError
 from .filenames import CARD_NAME, REPORT_NAME
@@ -53,6 +55,23 @@ class GrownTensor:
     shape: tuple[int, ...]
     tail: bytes | Sized  # a Sized Iterable[bytes] when not bytes
     patches: dict[int, bytes] = field(default_factory=dict)
+
+
+def encode_rows(rows: np.ndarray, dtype: str) -> bytes:
+    """float64 rows -> the bytes of a safetensors float dtype (round to nearest even, as torch does)."""
+    if dtype == "F64":
+        return rows.astype("<f8").tobytes()
+    if dtype == "F32":
+        return rows.astype("<f4").tobytes()
+    if dtype == "F16":
+        return rows.astype("<f2").tobytes()
+    if dtype == "BF16":
+        u = rows.astype(np.float32).view(np.uint32)
+        nan = np.isnan(rows)
+        bf = ((u + (0x7FFF + ((u >> 16) & 1))) >> 16).astype("<u2")
+        bf[nan] = 0x7FC0
+        return bf.tobytes()
+    raise InputError(f"cannot write new rows as {dtype}; vocabulary tensors must be F16, BF16, F32 or F64")
 
 
 def _copy_range(src_fd: int, dst_fd: int, offset: int, count: int, progress: Advance,

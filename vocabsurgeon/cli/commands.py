@@ -453,7 +453,7 @@ def trim_command(ctx, src, out, corpus, vocab_size, min_count, keep_file, pad_to
       vocabsurgeon trim --corpus en.txt --vocab-size 32000 ckpt/ out/
       vocabsurgeon trim --corpus en.txt --min-count 2 --keep keep.txt --dry-run --json ckpt/ out/
     """
-    from ..add.pipeline import PushOptions
+    from ..engine.finish import PushOptions
     from ..trim.surgery import TrimOptions, plan_trim, push_trimmed, read_keep_file, write_trim
 
     push_options = PushOptions.from_flags(push_to, revision=push_revision, private=private, create_pr=create_pr,
@@ -565,8 +565,8 @@ def extend_command(ctx, src, out, corpus, new_tokens, keep_text, min_count, dry_
       vocabsurgeon extend --corpus ru.txt --new-tokens 8000 --keep-text en-sample.txt --dry-run ckpt/ out/
       vocabsurgeon extend --corpus ru.txt --new-tokens 1000 --json HuggingFaceTB/SmolLM2-135M out/ > summary.json
     """
-    from ..add.pipeline import PushOptions
-    from ..add.plan import AddOptions, open_target
+    from ..engine.finish import PushOptions
+    from ..engine.target import AddOptions, open_target
     from ..extend.pipeline import extend_validate_push
     from ..extend.plan import ExtendOptions, plan_extend
 
@@ -759,7 +759,7 @@ def validate_command(ctx, base, new, seed, device, dtype, as_json, method, corpu
       vocabsurgeon validate openai-community/gpt2 out/gpt2-lotr --revision main
     """
     from ..errors import ValidationFailed
-    from ..add.pipeline import record_validation
+    from ..engine.finish import record_validation
     from ..validation.validate import Thresholds, check_options, validate_checkpoint
 
     thresholds = Thresholds(**limits)

@@ -337,7 +337,7 @@ def dtype_option(fn):
 
 def validation_options_of(validation: dict, *, seed: int, device: str, dtype: str = "auto"):
     """The pipeline's ValidationOptions from the shared validation flags."""
-    from ..add.pipeline import ValidationOptions
+    from ..engine.finish import ValidationOptions
     from ..validation.validate import Thresholds
 
     v = dict(validation)

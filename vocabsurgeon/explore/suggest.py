@@ -361,7 +361,7 @@ def suggest_tokens(ckpt: str | os.PathLike, corpus: str | os.PathLike, *, top: i
         >>> [c.word for c in s.words]
         ['Frodo', 'Gollum', 'Aragorn']
     """
-    from ..add.plan import AddOptions, open_target
+    from ..engine.target import AddOptions, open_target
 
     if top < 1:
         raise InputError(f"--top must be at least 1, got {top}")

@@ -9,6 +9,7 @@ that order (`TokenizerEditor.slow_model`). The surgery (rows, init, writer, veri
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -17,14 +18,14 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from ..add.plan import Plan, Target, padding_multiple
+from ..engine.target import Plan, Target, padding_multiple
 from ..checkpoint.architectures import check_text_ids
 from ..checkpoint.filenames import STALE_SLOW_FILES, TOKENIZER_FILE
 from ..errors import InputError, VocabSurgeonError
 from ..tokenizer.chats import chat_samples
 from ..tokenizer.gguf_check import CHECK_TEXT, HASHED_FAMILIES
 from ..tokenizer.editor import BYTE_LEVEL_UNDER_LLAMA, NewToken, TokenizerEditor, TokenizerPlan
-from ..tokenizer.encoding import encode_ids
+from ..tokenizer.encoding import encode_ids, merge_parts, unpadded
 from ..tokenizer.families import ByteLevelBPE, MetaspaceBPE, SentencePieceBPE
 from . import DEFAULT_MIN_COUNT
 from .learn import BYTE_PIECE, Learned, count_words, learn_merges, pre_tokens, word_split, words_of
@@ -119,6 +120,10 @@ class ExtendPlan(Plan):
     split: object = None  # where words are cut inside a pre-token (`word_split`), for `old_text_changes`
 
     new_pieces = True  # the new tokens are sub-word pieces, not words: validation checks no word is one token
+
+    def verify_tokenizer(self, stage: Path) -> None:
+        """Re-read the written tokenizer and check it as `extend` edits it: pieces and merges (`verify_extended`)."""
+        verify_extended(stage, self)
 
     def fit_segment(self):
         """The fitted init's segmentation of its corpus: the edited tokenizer's own ids (new token j as -1 - j).
@@ -327,3 +332,39 @@ def old_text_changes(old: Tokenizer, new: Tokenizer, source: str, texts: list[st
         outside = sum(out)
         inside_changed = sum(x != y and not o for x, y, o in zip(a, b, out))
     return OldText(source, len(texts), len(changed), changed[0][:60] if changed else None, outside, inside_changed)
+
+
+def verify_extended(out_dir: Path, plan: ExtendPlan) -> None:
+    """Re-read the written tokenizer.json and check: every old entry keeps its id, the old merges come first
+    and unchanged, each new piece has its row's id and its merge in the order learned, --keep-text keeps its
+    ids, and old text decodes as before.
+
+    Raises:
+        VocabSurgeonError: any check fails (a bug: the output is not published).
+    """
+    file = out_dir / TOKENIZER_FILE
+    data = json.loads(file.read_text(encoding="utf-8"))
+    tok = unpadded(Tokenizer.from_file(str(file)))
+    editor = plan.editor
+    vocab = data["model"]["vocab"]
+    moved = next((p for p, i in editor.vocab.items() if vocab.get(p) != i), None)
+    if moved is not None:
+        raise VocabSurgeonError(f"internal: old piece {moved!r} changed id in {file}; nothing was published")
+    old = [merge_parts(m) for m in editor.model.get("merges") or []]
+    merges = [merge_parts(m) for m in data["model"]["merges"]]
+    if merges[:len(old)] != old or merges[len(old):] != plan.learned.merges:
+        raise VocabSurgeonError(f"internal: the merges of {file} are not the old ones then the learned ones")
+    for t in plan.tokens.new:
+        if tok.token_to_id(t.piece) != t.id:
+            raise VocabSurgeonError(f"internal: piece {t.piece!r} reloads as id {tok.token_to_id(t.piece)}, "
+                                    f"not its row {t.id}; nothing was published")
+    original = plan.tokens.original
+    texts = paragraphs(PACKAGED_CORPUS)
+    keep = paragraphs(plan.extend.keep_text) if plan.extend.keep_text else []
+    for text, a, b in zip(texts + keep, encode_ids(original, texts + keep), encode_ids(tok, texts + keep)):
+        # where the original decodes the text faithfully (not an unknown piece): so must the edit
+        if tok.decode(b) != original.decode(a) and original.decode(a) == text:
+            raise VocabSurgeonError(f"internal: {text[:40]!r} decodes otherwise after the edit; nothing was published")
+    for text, a, b in zip(keep, encode_ids(original, keep), encode_ids(tok, keep)):
+        if a != b:
+            raise VocabSurgeonError(f"internal: --keep-text {text[:40]!r} changed ids; nothing was published")

@@ -26,3 +26,15 @@ def encode_ids(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
 def encode_batch(tok: Tokenizer):
     """encode_batch_fast (ids without offsets, tokenizers >= 0.21) where there is one."""
     return getattr(tok, "encode_batch_fast", tok.encode_batch)
+
+
+def merge_parts(merge) -> tuple[str, str]:
+    """The two parts of a merge as tokenizer.json writes it: "a b" (older files) or ["a", "b"].
+
+        >>> merge_parts("Ġ t"), merge_parts(["Ġ", "t"])
+        (('Ġ', 't'), ('Ġ', 't'))
+    """
+    if isinstance(merge, str):
+        a, _, b = merge.partition(" ")
+        return a, b
+    return merge[0], merge[1]

@@ -25,17 +25,16 @@ from pathlib import Path
 import numpy as np
 
 from .._version import __version__
-from ..add.plan import MAX_PAD_MULTIPLE
+from ..engine.target import MAX_PAD_MULTIPLE
 from ..checkpoint.architectures import VocabLayout, detect, text_config
 from ..checkpoint.filenames import (CARD_NAME, CONFIG_NAME, GENERATION_CONFIG_NAME, INDEX_NAME, STALE_SLOW_FILES,
                                     TOKENIZER_CONFIG, TOKENIZER_FILE)
 from ..checkpoint.hub import Source, resolve_checkpoint
 from ..checkpoint.reader import Checkpoint, TensorInfo, read_json, same_bytes
-from ..checkpoint.writer import (Syncer, check_output_path, copy_file, copy_old_bytes, json_text, layout_shard,
+from ..checkpoint.writer import (Syncer, check_output_path, copy_file, copy_old_bytes, encode_rows, json_text, layout_shard,
                                  staging, write_json)
 from ..errors import InputError, VocabSurgeonError
 from ..corpus import counting_tokenizer
-from ..init import encode_rows
 from ..tokenizer.chats import CHATS, chat_template
 from ..tokenizer.editor import convert_slow_tokenizer
 from ..tokenizer.encoding import encode_ids

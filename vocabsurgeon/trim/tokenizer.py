@@ -14,18 +14,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..errors import InputError
-
-
-def merge_parts(merge) -> tuple[str, str]:
-    """The two parts of a merge as tokenizer.json writes it: "a b" (older files) or ["a", "b"].
-
-        >>> merge_parts("Ġ t"), merge_parts(["Ġ", "t"])
-        (('Ġ', 't'), ('Ġ', 't'))
-    """
-    if isinstance(merge, str):
-        a, _, b = merge.partition(" ")
-        return a, b
-    return merge[0], merge[1]
+from ..tokenizer.encoding import merge_parts
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The new-logit objective in chunks of positions (vocabsurgeon/fitted/newlogit.py) against the whole-matrix
+"""The new-logit objective in chunks of positions (vocabsurgeon/init/fitted/newlogit.py) against the whole-matrix
 objective the fits computed before (git 006d5a3): the same value, gradient and L-BFGS rows, and no (P, k) matrix."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from vocabsurgeon.fitted.causal import _OutputData, fit_output_rows
-from vocabsurgeon.fitted.common import lbfgs
-from vocabsurgeon.fitted.mlm import MaskedData, fit_head_rows, new_token_figures
-from vocabsurgeon.fitted.newlogit import added_mass, chunk_rows, word_evidence
+from vocabsurgeon.init.fitted.causal import _OutputData, fit_output_rows
+from vocabsurgeon.init.fitted.common import lbfgs
+from vocabsurgeon.init.fitted.mlm import MaskedData, fit_head_rows, new_token_figures
+from vocabsurgeon.init.fitted.newlogit import added_mass, chunk_rows, word_evidence
 from vocabsurgeon.kl import kl_added_mass
 
 P, HIDDEN, K = 53, 6, 5  # 53 positions: a prime, so no chunk size below it divides them

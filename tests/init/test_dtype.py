@@ -22,7 +22,7 @@ from vocabsurgeon.checkpoint.architectures import ARCHITECTURES
 from vocabsurgeon.checkpoint.filenames import REPORT_NAME
 from vocabsurgeon.cli.commands import cli
 from vocabsurgeon.errors import InputError
-from vocabsurgeon.fitted import causal as fitted
+from vocabsurgeon.init.fitted import causal as fitted
 from vocabsurgeon.runtime import LoadedModel, ModelKind, load_tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -16,8 +16,9 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-from .checkpoint.reader import DTYPE_SIZES
-from .errors import InputError
+from ..checkpoint.reader import DTYPE_SIZES
+from ..checkpoint.writer import encode_rows
+from ..errors import InputError
 
 logger = logging.getLogger(__name__)
 
@@ -208,7 +209,7 @@ def accumulate_stats(
     exactly in float64 (`_Scatter`): no cancellation whatever the rows' mean. `precision` is that
     of the block products: "float64" (default on CUDA, where FP64 matmul is fast) or "float32"
     (default on the CPU, several times faster); the two agree to ~1e-6 relative (see
-    tests/test_init.py). On CUDA, blocks are streamed to the GPU one at a time.
+    tests/init/test_strategies.py). On CUDA, blocks are streamed to the GPU one at a time.
 
     Raises:
         InputError: when a row holds NaN or Inf (it would poison every new row). With
@@ -444,23 +445,6 @@ def get_strategy(name: str) -> Strategy:
         return STRATEGIES[name]
     except KeyError:
         raise InputError(f"unknown init strategy {name!r}; choose one of {', '.join(STRATEGIES)}") from None
-
-
-def encode_rows(rows: np.ndarray, dtype: str) -> bytes:
-    """float64 rows -> the bytes of a safetensors float dtype (round to nearest even, as torch does)."""
-    if dtype == "F64":
-        return rows.astype("<f8").tobytes()
-    if dtype == "F32":
-        return rows.astype("<f4").tobytes()
-    if dtype == "F16":
-        return rows.astype("<f2").tobytes()
-    if dtype == "BF16":
-        u = rows.astype(np.float32).view(np.uint32)
-        nan = np.isnan(rows)
-        bf = ((u + (0x7FFF + ((u >> 16) & 1))) >> 16).astype("<u2")
-        bf[nan] = 0x7FC0
-        return bf.tobytes()
-    raise InputError(f"cannot write new rows as {dtype}; vocabulary tensors must be F16, BF16, F32 or F64")
 
 
 BLOCK_BYTES = 16 << 20  # float64 rows computed and encoded at a time: memory O(block), not O(k x hidden)

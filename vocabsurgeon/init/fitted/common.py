@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..progress import Steps
-from ..init import pieces_mean
-from ..runtime import read_text_file
+from ...progress import Steps
+from ..strategies import pieces_mean
+from ...runtime import read_text_file
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ hooks the D-th layer, reads its output through the model's final norm and can st
 
 from __future__ import annotations
 
-from ..errors import InputError
+from ...errors import InputError
 
 
 def decoder_layers(base_model):

@@ -14,9 +14,9 @@ import logging
 import time
 from pathlib import Path
 
-from ..progress import Steps
-from ..runtime import ModelKind, load_tokenizer, loaded_model
-from ..tokenizer.chats import chat_samples
+from ...progress import Steps
+from ...runtime import ModelKind, load_tokenizer, loaded_model
+from ...tokenizer.chats import chat_samples
 from .causal import _Model, keep_old_text, old_text_windows
 from .common import FitOptions, FitResult, FitToken, narrow_threads, output_prior
 

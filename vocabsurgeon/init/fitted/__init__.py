@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..errors import InputError
-from ..progress import Steps
-from ..runtime import ModelKind, model_kind
+from ...errors import InputError
+from ...progress import Steps
+from ...runtime import ModelKind, model_kind
 from .common import OUTPUT_STARTS, FitOptions, FitResult, FitToken
 
 __all__ = ["fit_rows", "shrink_rows", "check_kind", "FitOptions", "FitResult", "FitToken"]

@@ -10,10 +10,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vocabsurgeon import init
+from vocabsurgeon.init import strategies as init
 from vocabsurgeon.errors import InputError
 from vocabsurgeon.kl import kl_bound
-from vocabsurgeon.init import (
+from vocabsurgeon.init.strategies import (
     F32_SUM_ROWS, STRATEGIES, InitContext, accumulate_stats, encode_rows, factor_covariance, get_strategy,
     mean_noise,
 )
@@ -356,7 +356,7 @@ def test_block_wise_rows_give_the_bytes_of_the_one_shot_path(strategy, dtype, k,
 
 
 def test_constant_rows_are_encoded_once_and_repeated(monkeypatch):
-    import vocabsurgeon.init as init
+    import vocabsurgeon.init.strategies as init
 
     calls = []
     orig = init.encode_rows
@@ -370,7 +370,7 @@ def test_constant_rows_are_encoded_once_and_repeated(monkeypatch):
 
 def test_many_new_rows_stay_in_blocks(monkeypatch):
     # 100,000 rows of hidden 256 would be 195 MiB in float64; blocks never exceed BLOCK_BYTES.
-    import vocabsurgeon.init as init
+    import vocabsurgeon.init.strategies as init
 
     biggest = []
     orig = init.encode_rows

@@ -13,7 +13,7 @@ import logging
 
 from .common import pad_batch
 from .layer_tap import cut_before
-from ..runtime import cache_argument, returned_cache
+from ...runtime import cache_argument, returned_cache
 
 logger = logging.getLogger(__name__)
 

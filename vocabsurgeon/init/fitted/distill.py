@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 
 from .common import Window, adam_passes, new_token_embeds, pad_batch
-from ..progress import Steps
+from ...progress import Steps
 from .layer_tap import LayerTap
 from .prefix_cache import full_hidden
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..progress import Steps
-from ..errors import InputError
+from ...progress import Steps
+from ...errors import InputError
 from .common import (  # noqa: F401  (FitResult, Run, find_runs: the fitting API, importable from here)
     FIT_KL_P99,
     contexts_found,
@@ -40,12 +40,12 @@ from .common import (  # noqa: F401  (FitResult, Run, find_runs: the fitting API
     segmented_runs,
     subword_mean,
 )
-from ..kl import kl_added_mass, kl_bound, kl_figures, meets_limits
-from ..runtime import (LoadedModel, ModelKind, context_length, encode, load_tokenizer, loaded_model, paragraphs,
+from ...kl import kl_added_mass, kl_bound, kl_figures, meets_limits
+from ...runtime import (LoadedModel, ModelKind, context_length, encode, load_tokenizer, loaded_model, paragraphs,
                        read_corpus)
 from .distill import distill_input_rows
 from .layer_tap import layers_for
-from ..tokenizer.chats import chat_samples
+from ...tokenizer.chats import chat_samples
 
 logger = logging.getLogger(__name__)
 
@@ -478,7 +478,7 @@ def sample_continuations(m: _Model, prompts: list[list[int]], steps: list[int], 
     thread's OpenMP spin-waits cost several times the work (both measured in bench/RESULTS.md)."""
     import torch
 
-    from ..runtime import cache_argument, returned_cache
+    from ...runtime import cache_argument, returned_cache
 
     B, L = len(prompts), max(len(p) for p in prompts)
     ids = torch.zeros((B, L), dtype=torch.long)

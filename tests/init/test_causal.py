@@ -20,7 +20,7 @@ from vocabsurgeon import add_tokens, read_tokens_file, validate_checkpoint
 from vocabsurgeon.cli.commands import cli
 from vocabsurgeon.errors import InputError
 from vocabsurgeon.add.plan import AddOptions
-from vocabsurgeon.fitted.causal import (
+from vocabsurgeon.init.fitted.causal import (
     DEPTH_PASSES,
     FitOptions,
     FitToken,
@@ -38,7 +38,7 @@ from vocabsurgeon.fitted.causal import (
     teach_batches,
     word_windows,
 )
-from vocabsurgeon.fitted import fit_rows
+from vocabsurgeon.init.fitted import fit_rows
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 WORDS = read_tokens_file(FIXTURES / "lotr.txt")
@@ -394,7 +394,7 @@ def test_cli_missing_fit_corpus_is_refused_before_writing(tmp_path):
 
 
 def test_the_teacher_pass_in_large_batches_gives_what_one_window_at_a_time_gives(fit_setup, monkeypatch):
-    from vocabsurgeon.fitted import causal
+    from vocabsurgeon.init.fitted import causal
 
     m, windows, _, _, _ = fit_setup
     big = causal._teach(m, windows, 8, lambda *a: None, depth=1)

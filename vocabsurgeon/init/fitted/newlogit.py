@@ -66,7 +66,7 @@ def _function():
     """The autograd function of `added_mass` (built on first use: the package imports torch lazily)."""
     import torch
 
-    from ..kl import kl_added_mass
+    from ...kl import kl_added_mass
 
     class AddedMass(torch.autograd.Function):
         @staticmethod

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from vocabsurgeon.fitted import distill
+from vocabsurgeon.init.fitted import distill
 
-from vocabsurgeon.fitted import common as fit_common
+from vocabsurgeon.init.fitted import common as fit_common
 
-from vocabsurgeon.fitted import causal as fitted
-from vocabsurgeon.fitted.prefix_cache import PrefixCache
+from vocabsurgeon.init.fitted import causal as fitted
+from vocabsurgeon.init.fitted.prefix_cache import PrefixCache
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 FORMS = (" Frodo", " Gandalf", " Samwise", " Mordor")

@@ -16,10 +16,10 @@ import numpy as np
 
 from .common import (ENCODER_WINDOW, FIT_KL_P99, FitOptions, FitResult, FitToken, Window, bisect, lbfgs,
                      new_token_embeds, output_prior, pad_batch)
-from ..kl import kl_added_mass, kl_bound, kl_figures, meets_limits
+from ...kl import kl_added_mass, kl_bound, kl_figures, meets_limits
 from .newlogit import added_mass, chunk_rows, word_evidence
-from ..progress import Steps
-from ..runtime import encode, paragraphs, read_corpus, special_ends
+from ...progress import Steps
+from ...runtime import encode, paragraphs, read_corpus, special_ends
 
 logger = logging.getLogger(__name__)
 

@@ -18,12 +18,12 @@ import torch
 from builders import bytelevel_tokenizer, save_checkpoint, training_text
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from vocabsurgeon.fitted import distill
+from vocabsurgeon.init.fitted import distill
 
-from vocabsurgeon.fitted import causal as fitted
-from vocabsurgeon.fitted import check_kind
-from vocabsurgeon.fitted.causal import FitToken, word_windows
-from vocabsurgeon.fitted.prefix_cache import PrefixCache, full_hidden
+from vocabsurgeon.init.fitted import causal as fitted
+from vocabsurgeon.init.fitted import check_kind
+from vocabsurgeon.init.fitted.causal import FitToken, word_windows
+from vocabsurgeon.init.fitted.prefix_cache import PrefixCache, full_hidden
 from vocabsurgeon.runtime import load_tokenizer, loaded_model
 
 FORMS = (" Vorathil", " Quenmor", " Eldarwyn")

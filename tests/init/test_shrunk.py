@@ -11,14 +11,14 @@ import pytest
 from builders import family_checkpoint
 from click.testing import CliRunner
 
-from vocabsurgeon.add.pipeline import ValidationOptions
+from vocabsurgeon.engine.finish import ValidationOptions
 from vocabsurgeon.add.plan import AddOptions
 from vocabsurgeon.checkpoint.reader import Checkpoint
 from vocabsurgeon.cli.commands import cli
 from vocabsurgeon.errors import InputError, ValidationFailed
 from vocabsurgeon.extend.pipeline import extend_validate_push
 from vocabsurgeon.extend.plan import ExtendOptions
-from vocabsurgeon.add.surgery import add_tokens
+from vocabsurgeon.add.pipeline import add_tokens
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 # English prose with the lotr words: 100 merges learned from it are English pieces that the tied gpt2-tiny

@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from vocabsurgeon.fitted import distill
+from vocabsurgeon.init.fitted import distill
 
-from vocabsurgeon.fitted import common as fit_common
+from vocabsurgeon.init.fitted import common as fit_common
 
-from vocabsurgeon.fitted import causal as fitted
-from vocabsurgeon.fitted import fit_rows
+from vocabsurgeon.init.fitted import causal as fitted
+from vocabsurgeon.init.fitted import fit_rows
 from vocabsurgeon.errors import InputError
-from vocabsurgeon.fitted.causal import FitToken
-from vocabsurgeon.add.modelcard import model_card_text
-from vocabsurgeon.fitted.layer_tap import LayerTap, decoder_layers, final_norm, layers_for
+from vocabsurgeon.init.fitted.causal import FitToken
+from vocabsurgeon.engine.modelcard import model_card_text
+from vocabsurgeon.init.fitted.layer_tap import LayerTap, decoder_layers, final_norm, layers_for
 from vocabsurgeon.runtime import load_tokenizer
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from builders import tiny_gemma3
-from vocabsurgeon.fitted import causal as fitted
-from vocabsurgeon.fitted.common import Run, Window
+from vocabsurgeon.init.fitted import causal as fitted
+from vocabsurgeon.init.fitted.common import Run, Window
 from vocabsurgeon.runtime import LoadedModel, ModelKind
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -64,7 +64,7 @@ def test_a_new_token_given_an_old_tokens_row_reads_as_that_token_on_a_scaled_emb
 
 
 def test_a_sliding_window_cache_is_not_read_as_the_prefixes_and_the_prefixes_are_run_alone(monkeypatch):
-    from vocabsurgeon.fitted.prefix_cache import PrefixCache
+    from vocabsurgeon.init.fitted.prefix_cache import PrefixCache
 
     # Gemma 3's sliding-window layers keep only their last 15 positions of a 20-position teacher pass
     m, windows = gemma3_windows(sliding_window=16)
@@ -80,7 +80,7 @@ def test_a_sliding_window_cache_is_not_read_as_the_prefixes_and_the_prefixes_are
 
 
 def test_a_model_that_reads_inputs_embeds_otherwise_than_ids_keeps_the_start_rows(gemma3, monkeypatch, caplog):
-    from vocabsurgeon.fitted import distill
+    from vocabsurgeon.init.fitted import distill
 
     m, windows = gemma3
     teacher = fitted._teach(m, windows, 8, lambda *a: None)

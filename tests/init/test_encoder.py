@@ -19,8 +19,8 @@ from click.testing import CliRunner
 
 from vocabsurgeon import add_tokens, read_tokens_file
 from vocabsurgeon.cli.commands import cli
-from vocabsurgeon.fitted.common import FitToken, Run, Window
-from vocabsurgeon.fitted.encoder import outside, read_pooling, template_windows
+from vocabsurgeon.init.fitted.common import FitToken, Run, Window
+from vocabsurgeon.init.fitted.encoder import outside, read_pooling, template_windows
 
 pytest.importorskip("sentence_transformers", reason="sentence-transformers is not installed")
 
@@ -182,7 +182,7 @@ def test_read_pooling_follows_modules_json(tmp_path, st_model):
 def test_template_contexts_are_seeded_and_hold_the_word(st_model):
     from transformers import AutoTokenizer
 
-    from vocabsurgeon.fitted.encoder import special_ends
+    from vocabsurgeon.init.fitted.encoder import special_ends
 
     tok = AutoTokenizer.from_pretrained(st_model)
     tokens = [FitToken(w, tuple(tok(w, add_special_tokens=False).input_ids)) for w in ("Frodo", "Gandalf")]
@@ -199,7 +199,7 @@ def test_the_wordpiece_view_splits_text_as_the_edited_tokenizer_does(st_model, t
     the view reproduces the written tokenizer there, and those sentences become retokenized contexts."""
     from transformers import AutoTokenizer
 
-    from vocabsurgeon.fitted.encoder import retokenized_windows, special_ends, wordpiece_view
+    from vocabsurgeon.init.fitted.encoder import retokenized_windows, special_ends, wordpiece_view
 
     tok = AutoTokenizer.from_pretrained(st_model)
     words = ["Frodo", "Gandalf", "Mordor"]
@@ -445,7 +445,7 @@ def test_a_masked_lm_heads_new_bias_is_lowered_until_the_old_text_kl_meets_the_l
 
 
 def test_bias_shrink_meets_both_limits_and_is_zero_when_the_mean_bias_already_does():
-    from vocabsurgeon.fitted.mlm import bias_shrink
+    from vocabsurgeon.init.fitted.mlm import bias_shrink
 
     rng = np.random.default_rng(0)
     logits, logz = rng.normal(size=(200, 3)) * 3, rng.normal(size=200)
@@ -499,7 +499,7 @@ def test_a_fitted_masked_lm_head_puts_more_probability_on_the_new_token_where_it
 
 
 def test_fit_head_rows_is_the_convex_optimum_and_raises_the_word_at_its_masked_positions():
-    from vocabsurgeon.fitted.mlm import MaskedData, fit_head_rows, new_token_figures
+    from vocabsurgeon.init.fitted.mlm import MaskedData, fit_head_rows, new_token_figures
 
     rng = np.random.default_rng(0)
     j = torch.tensor([i % 2 for i in range(40)])

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError
-from ..progress import Steps
+from ...errors import InputError
+from ...progress import Steps
 from .common import (
     ENCODER_WINDOW,
     contexts_found,
@@ -36,7 +36,7 @@ from .common import (
     subword_mean,
 )
 from .mlm import fit_head
-from ..runtime import ModelKind, context_length, encode, load_tokenizer, loaded_model, paragraphs, special_ends
+from ...runtime import ModelKind, context_length, encode, load_tokenizer, loaded_model, paragraphs, special_ends
 
 logger = logging.getLogger(__name__)
 
