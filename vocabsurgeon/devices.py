@@ -9,10 +9,26 @@ from .errors import InputError
 
 
 def check_device(device: str) -> None:
-    """Refuse a --device that is none of auto, cpu, cuda[:N], before any work (torch not imported)."""
-    if device in ("auto", "cpu") or device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit()):
+    """Refuse, before any work, a --device that is none of auto, cpu, cuda[:N], or a CUDA device this machine
+    does not have (torch is imported only where an NVIDIA driver is present)."""
+    if device in ("auto", "cpu"):
         return
-    raise InputError(f"--device {device!r} is not one of auto, cpu, cuda (or cuda:N)")
+    if not (device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())):
+        raise InputError(f"--device {device!r} is not one of auto, cpu, cuda (or cuda:N)")
+    _no_cuda = InputError(f"--device {device} was asked for but no CUDA device is available; use --device cpu or auto")
+    if not _has_driver():
+        raise _no_cuda
+    import torch
+
+    if not torch.cuda.is_available():
+        raise _no_cuda
+    if device.startswith("cuda:") and int(device[5:]) >= torch.cuda.device_count():
+        raise InputError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s); pass "
+                         f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+
+
+def _has_driver() -> bool:
+    return os.path.exists("/proc/driver/nvidia") or os.path.exists("/dev/nvidiactl")
 
 
 def resolve_device(device: str = "auto") -> str:
@@ -28,7 +44,7 @@ def resolve_device(device: str = "auto") -> str:
     check_device(device)
     if device == "cpu":
         return "cpu"
-    if device == "auto" and not os.path.exists("/proc/driver/nvidia") and not os.path.exists("/dev/nvidiactl"):
+    if device == "auto" and not _has_driver():
         return "cpu"
     import torch
 

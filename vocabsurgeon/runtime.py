@@ -300,7 +300,7 @@ def returned_cache(output):
 
 @contextlib.contextmanager
 def loaded_model(path: str | os.PathLike, device: str = "auto", kind: ModelKind | None = None,
-                 remedy: str = "Pass --no-validate to skip the checks", dtype: str = "auto") -> Iterator[LoadedModel]:
+                 remedy: str = "", dtype: str = "auto") -> Iterator[LoadedModel]:
     """Load a checkpoint for evaluation with its own transformers class, yield it, then free its memory.
 
     With `dtype` "auto", on a GPU the checkpoint's own dtype is kept and accelerate's `device_map="auto"`

@@ -26,8 +26,9 @@ from vocabsurgeon.errors import VocabSurgeonError
 BOOT = r"""
 import os, sys, time, pathlib
 import vocabsurgeon.engine.job as s
+import vocabsurgeon.validation.validate as v
 point, ready, go = os.environ.get("PAUSE_AT"), os.environ.get("READY"), os.environ.get("GO")
-def wrap(name):
+def wrap(name, s=s):
     orig = getattr(s, name)
     def f(*a, **k):
         if name == point:
@@ -38,6 +39,7 @@ def wrap(name):
     setattr(s, name, f)
 for n in ("copy_old_bytes", "copy_file", "write_rows", "write_metadata_files", "verify_checkpoint"):
     wrap(n)
+wrap("validate_checkpoint", v)
 from vocabsurgeon.cli.commands import main
 sys.argv = ["vocabsurgeon"] + sys.argv[1:]
 main()
@@ -314,39 +316,39 @@ def test_an_interrupt_swallowed_by_a_library_still_stops_the_wait_for_the_copy()
         signal.signal(signal.SIGINT, previous)
 
 
-def test_ctrl_c_during_validation_says_the_output_is_written_and_validate_fills_it_in(gpt2_ckpt, tmp_path,
-                                                                                       monkeypatch):
+def test_ctrl_c_during_validation_publishes_nothing(gpt2_ckpt, tmp_path, monkeypatch):
+    # issue 46: an interrupted (or killed) validation left a complete-looking output under the target name
     import vocabsurgeon.validation.validate as validate
 
     out = tmp_path / "out"
-    real = validate.validate_checkpoint
 
-    def interrupted(*a, **k):  # Ctrl-C while the models run: the output is already in place
+    def interrupted(*a, **k):  # Ctrl-C while the models run: the output is only staged
         raise KeyboardInterrupt
 
     monkeypatch.setattr(validate, "validate_checkpoint", interrupted)
     r = CliRunner().invoke(cli, ["add", "--max-tokens", "64", "-t", "Frodo", str(gpt2_ckpt), str(out)])
     assert r.exit_code == 130
-    assert r.stderr.splitlines()[-1] == (
-        f"Interrupted during validation: {out} is written and complete but not validated (its model card and "
-        f"vocabsurgeon_report.json say so); run `vocabsurgeon validate {gpt2_ckpt} {out}` to check it and fill them in")
-    assert "nothing was written" not in r.stderr
-    check_surgery(gpt2_ckpt, out, 2)  # the output is complete
-    card = (out / "README.md").read_text(encoding="utf-8")
-    assert "Interrupted before it finished: this checkpoint is complete but not validated." in card
-    assert "--no-validate" not in card
-    pending = json.loads((out / "vocabsurgeon_report.json").read_text())
-    assert pending["interrupted"] is True and pending["passed"] is None
+    assert r.stderr.splitlines()[-1] == f"Interrupted during validation: nothing was published; {out} is as it was"
+    assert not out.exists() and not staging_leftovers(tmp_path)
 
-    monkeypatch.setattr(validate, "validate_checkpoint", real)
+
+def test_validate_fills_in_an_output_published_without_validation(gpt2_ckpt, tmp_path):
+    out = tmp_path / "out"
+    assert CliRunner().invoke(cli, ["add", "--no-validate", "-t", "Frodo", str(gpt2_ckpt), str(out)]).exit_code == 0
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert "Not run (`--no-validate`)" in card
+    pending = json.loads((out / "vocabsurgeon_report.json").read_text())
+    assert pending["pending"] == "--no-validate" and pending["passed"] is None
+
     r = CliRunner().invoke(cli, ["validate", "--max-tokens", "64", str(gpt2_ckpt), str(out)])
     assert r.exit_code == 0, r.output
     assert f"Wrote the report and the model card's validation section into {out}" in r.stderr
     card = (out / "README.md").read_text(encoding="utf-8")
-    assert "Validation **passed**" in card and "Interrupted" not in card
+    assert "Validation **passed**" in card and "Not run" not in card
     report = json.loads((out / "vocabsurgeon_report.json").read_text())
-    assert report["passed"] is True and "interrupted" not in report
+    assert report["passed"] is True and "pending" not in report
     assert report["init"] == {"input": "mean", "output": "mean", "bias": "mean", "eps": 1e-05}
+    assert report["files"] == pending["files"]
 
 
 def test_ctrl_c_during_the_push_says_what_is_done(gpt2_ckpt, tmp_path, monkeypatch):

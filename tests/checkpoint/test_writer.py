@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from safetensors.numpy import load_file, save_file
 
+import vocabsurgeon.checkpoint.staging as staging
 import vocabsurgeon.checkpoint.writer as writer
 from vocabsurgeon import add_tokens
 from vocabsurgeon.checkpoint.reader import read_header
@@ -103,14 +104,14 @@ def test_a_header_that_outgrows_its_reservation_is_an_internal_error():
 def test_every_file_is_flushed_to_disk_before_the_output_is_published(monkeypatch, llama_ckpt, tmp_path):
     flushed: list[Path] = []
     at_publish: list[set[Path]] = []
-    real_fsync, real_publish = writer._fsync_path, writer._publish
+    real_fsync, real_publish = writer._fsync_path, staging.Stage.publish
     monkeypatch.setattr(writer, "_fsync_path", lambda p: (flushed.append(Path(p)), real_fsync(p)))
-    monkeypatch.setattr(writer, "_publish", lambda stage, out, force: (
-        at_publish.append({Path(p) for p in flushed}), real_publish(stage, out, force)))
+    monkeypatch.setattr(staging.Stage, "publish", lambda self: (
+        at_publish.append({Path(p) for p in flushed}), real_publish(self)))
     out = tmp_path / "out"
     add_tokens(llama_ckpt, out, ["Frodo"], link=True)
     [done] = at_publish
-    [stage] = {p for p in done if writer.STAGING_TAG in p.name}
+    [stage] = {p for p in done if staging.STAGING_TAG in p.name}
     flushed = {p.relative_to(stage) for p in done if p == stage or stage in p.parents}
     want = {p.relative_to(out) for p in out.rglob("*")} | {Path(".")}
     assert want <= flushed, f"not flushed before the rename: {sorted(map(str, want - flushed))}"

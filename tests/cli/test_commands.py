@@ -81,18 +81,34 @@ def test_existing_output_is_refused_without_force(gpt2_ckpt, tokens, tmp_path):
     assert (out / "keep.txt").read_text() == "mine"
 
 
-@pytest.mark.parametrize("earlier", ["card", "report"])
-def test_force_replaces_an_earlier_output(gpt2_ckpt, tokens, tmp_path, earlier):
+def test_force_replaces_an_earlier_output(gpt2_ckpt, tokens, tmp_path):
     out = tmp_path / "out"
     assert run("add", "--tokens", tokens, "--no-validate", gpt2_ckpt, out).exit_code == 0
-    (out / "keep.txt").write_text("stale")
-    if earlier == "report":
-        (out / "README.md").unlink()
-        (out / "vocabsurgeon_report.json").write_text("{}")
     r = run("add", "-t", "Gandalf", "--no-validate", "--force", gpt2_ckpt, out)
     assert r.exit_code == 0, r.output
-    assert not (out / "keep.txt").exists() and (out / "model.safetensors").exists()
+    assert "Gandalf" in (out / "tokenizer.json").read_text() and "Frodo" not in (out / "tokenizer.json").read_text()
     assert not list(tmp_path.glob(".out.vocabsurgeon-staging-*"))
+
+
+@pytest.mark.parametrize("earlier", ["user files", "no file list"])
+def test_force_never_deletes_files_vocabsurgeon_did_not_write(gpt2_ckpt, tokens, tmp_path, earlier):
+    # issue 46: --force onto an earlier output deleted mynotes.txt and checkpoint-500/ without naming them
+    out = tmp_path / "out"
+    assert run("add", "--tokens", tokens, "--no-validate", gpt2_ckpt, out).exit_code == 0
+    if earlier == "user files":
+        (out / "mynotes.txt").write_text("mine")
+        (out / "checkpoint-500").mkdir()
+        (out / "checkpoint-500" / "trainer_state.json").write_text("{}")
+        named = "checkpoint-500/trainer_state.json, mynotes.txt"
+    else:  # a report without the list of written files (an older version's): nothing is known to be ours
+        (out / "vocabsurgeon_report.json").write_text("{}")
+        named = "README.md, config.json, generation_config.json and 4 more"
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    r = run("add", "-t", "Gandalf", "--no-validate", "--force", gpt2_ckpt, out)
+    assert r.exit_code == 2
+    assert r.stderr.strip() == (f"Error: {out}: holds {named}, which vocabsurgeon did not write, so --force will not "
+                                "replace it; move them out of it or choose another directory")
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
 
 
 @pytest.mark.parametrize("where", [".", ".."])

@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable
 from dataclasses import replace
 
-from ..engine.finish import DEFAULT_VALIDATION, Finished, PushOptions, ValidationOptions, finish_add
+from ..engine.finish import DEFAULT_VALIDATION, Finished, PushOptions, ValidationOptions, run
 from ..engine.job import AddJob, AddResult
 from ..progress import SILENT, Progress, counting
 from .plan import AddOptions, Plan, Target, open_target, plan_tokens
@@ -18,10 +18,10 @@ def add_validate_push(src: str | os.PathLike, out: str | os.PathLike, tokens: li
                       revision: str | None = None, token: str | None = None, progress: Progress | None = None,
                       on_plan: Callable | None = None, on_step: Callable[[str, Finished], None] | None = None
                       ) -> Finished:
-    """The whole `vocabsurgeon add` pipeline from Python: add, validate, card, push.
+    """The whole `vocabsurgeon add` pipeline from Python: plan, write, validate, card, publish, push
+    (`engine.finish.run`: nothing is published before it passed validation).
 
-    Every option is checked before any work; the shards start copying while the tokens are
-    planned (`run_job`).
+    Every option is checked before any work; the shards start copying while the tokens are planned.
 
     Args:
         src, out, tokens: as `add_tokens`.
@@ -51,9 +51,9 @@ def add_validate_push(src: str | os.PathLike, out: str | os.PathLike, tokens: li
             options = replace(options, check_corpus=str(validation.corpus))
     if push is not None:
         push.check()
-    progress = progress or SILENT
-    result = run_job(open_target(src, options, revision=revision, token=token), out, tokens, progress, on_plan)
-    return finish_add(result, validation, push, progress=progress, on_step=on_step)
+    target = open_target(src, options, revision=revision, token=token)
+    return run(target, out, lambda t: plan_tokens(t, tokens), validation, push, progress=progress or SILENT,
+               on_plan=on_plan, on_step=on_step)
 
 
 def add_tokens(

@@ -16,24 +16,20 @@ import json
 import logging
 import os
 import queue
-import re
 import shutil
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Sized
+from typing import Callable, Sized
 
 import numpy as np
 
 from .reader import DTYPE_SIZES, ShardHeader
-from ..errors import InputError, OutputExistsError, VocabSurgeonError
-from .filenames import CARD_NAME, REPORT_NAME
+from ..errors import InputError, VocabSurgeonError
 from ..progress import Advance
 
 logger = logging.getLogger(__name__)
 
-STAGING_TAG = ".vocabsurgeon-staging-"
 _FICLONE = 0x40049409  # ioctl number of a reflink (btrfs, xfs, ...)
 _COPY_CHUNK = 256 << 20  # progress (and cancellation) granularity
 
@@ -409,119 +405,20 @@ def write_json(path: Path, obj: dict) -> None:
     path.write_text(json_text(obj) + "\n", encoding="utf-8")
 
 
-def _pid_alive(pid: int) -> bool:
+def write_text_atomic(path: Path, text: str, fsync: bool = True) -> None:
+    """Write `text` (UTF-8, line endings as given) to `path` whole or not at all: a temporary file beside it,
+    flushed, then renamed over it; a full disk leaves the earlier file (or none), never a truncated one."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def sweep_stale_staging(out: Path) -> list[Path]:
-    """Remove staging directories beside `out` left by runs that were killed."""
-    removed = []
-    for p in out.parent.glob(f".{out.name}{STAGING_TAG}*"):
-        try:
-            pid = int(p.name.rsplit("-", 2)[-2])
-        except (ValueError, IndexError):
-            continue
-        if not _pid_alive(pid):
-            shutil.rmtree(p, ignore_errors=True)
-            removed.append(p)
-            logger.info("removed stale staging directory %s", p)
-    return removed
-
-
-def check_output_path(src: Path, out: Path, force: bool) -> None:
-    """Refuse, before any work, an output that is the input, inside it, contains it, is or contains
-    the current directory, or exists non-empty (without --force, or with --force when it is not an
-    earlier vocabsurgeon output)."""
-    s, o, here = src.resolve(), out.resolve(), Path.cwd().resolve()
-    if o == s or s in o.parents:
-        raise InputError(f"{out}: the output may not be the input checkpoint or inside it; choose another directory")
-    if o in s.parents:
-        raise InputError(f"{out}: the output directory contains the input checkpoint; choose another directory")
-    if o == here or o in here.parents:
-        # The output appears by renaming a staging directory onto it; the directory a process works
-        # in cannot be replaced that way (EBUSY at the very end of the job).
-        raise InputError(f"{out}: the output is the current directory or contains it; choose a new directory, "
-                         "e.g. out/model")
-    if out.exists() and not out.is_dir():
-        raise OutputExistsError(f"{out}: exists and is not a directory; choose another output path")
-    if out.is_dir() and any(out.iterdir()):
-        if not force:
-            raise OutputExistsError(f"{out}: exists and is not empty; pass --force to replace it, or choose another directory")
-        if not is_earlier_output(out):
-            raise OutputExistsError(
-                f"{out}: is not empty and is not an earlier vocabsurgeon output (no {REPORT_NAME} and no model card "
-                f"tagged vocabsurgeon), so --force will not delete it; remove it yourself or choose another directory")
-    if out.parent.exists() and not out.parent.is_dir():
-        raise InputError(f"{out.parent}: is not a directory; choose another output path")
-
-
-# The tag line of a card's YAML metadata: `- vocabsurgeon` in a tags list, or `tags: vocabsurgeon`.
-_TAGGED = re.compile(r"^(?:\s*-\s*|tags:\s*)['\"]?vocabsurgeon['\"]?\s*$", re.M)
-
-
-def is_earlier_output(path: Path) -> bool:
-    """Whether directory `path` looks like what `add` writes: its report, or a model card whose
-    metadata carries the vocabsurgeon tag. Only such a directory is replaced by --force."""
-    if (path / REPORT_NAME).is_file():
-        return True
-    try:
-        card = (path / CARD_NAME).read_text(encoding="utf-8", errors="replace")[:65536]
-    except OSError:
-        return False
-    parts = card.split("---", 2)
-    return card.startswith("---") and len(parts) == 3 and bool(_TAGGED.search(parts[1]))
-
-
-@contextlib.contextmanager
-def staging(out: Path, *, force: bool = False) -> Iterator[Path]:
-    """Yield a staging directory beside `out`; on success rename it to `out`, on any failure remove it.
-
-    The final step is one rename(2), so `out` is either absent or complete. Two runs racing for the
-    same `out` both stage; the second rename fails (the target is no longer empty) and that run
-    fails cleanly.
-    """
-    out.parent.mkdir(parents=True, exist_ok=True)
-    sweep_stale_staging(out)
-    stage = out.parent / f".{out.name}{STAGING_TAG}{os.getpid()}-{time.monotonic_ns() % 10**9}"
-    stage.mkdir()
-    try:
-        yield stage
-        _publish(stage, out, force)
+        with open(tmp, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        if fsync:
+            _fsync_path(tmp)
+        os.replace(tmp, path)
+        if fsync:  # the new entry (and, named, the file: what a flush-before-publish check looks for)
+            _fsync_path(path)
+            _fsync_path(path.parent)
     except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
         raise
-
-
-def _publish(stage: Path, out: Path, force: bool) -> None:
-    old = None
-    if out.is_dir() and any(out.iterdir()):
-        if not force:
-            raise OutputExistsError(f"{out}: appeared while this run was writing (another run?); nothing was changed")
-        old = out.parent / f".{out.name}{STAGING_TAG}{os.getpid()}-old"
-        os.rename(out, old)
-    try:
-        os.rename(stage, out)
-    except OSError as e:
-        if old is not None:
-            os.rename(old, out)
-        if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
-            raise OutputExistsError(f"{out}: appeared while this run was writing (another run?); nothing was changed") from None
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    _fsync_dir(out.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

@@ -465,7 +465,7 @@ def trim_command(ctx, src, out, corpus, vocab_size, min_count, keep_file, pad_to
     quiet_hub(ctx, as_json)
     quiet = is_quiet(ctx) or as_json
     if not dry_run:
-        from ..checkpoint.writer import check_output_path
+        from ..checkpoint.staging import check_output_path
 
         check_output_path(Path(src), Path(out), force)  # before the corpus is counted
     size = Path(corpus).stat().st_size if Path(corpus).is_file() else None

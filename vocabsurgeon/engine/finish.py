@@ -5,7 +5,6 @@ card. Every option is checked before any work.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Callable
@@ -14,7 +13,9 @@ from pathlib import Path
 
 from ..errors import InputError, Interrupted, PushError, ValidationFailed
 from ..checkpoint.filenames import REPORT_NAME
+from ..progress import SILENT, Progress
 from ..validation.report import Report
+from .record import record, record_validation  # noqa: F401 (the validate command's)
 
 logger = logging.getLogger(__name__)
 
@@ -105,103 +106,113 @@ class Finished:
         return d
 
 
-def record(out: str | os.PathLike, summary: dict, report: Report | None, plot=None) -> None:
-    """The one writer of an output's `vocabsurgeon_report.json` and model card once `add` wrote it: the
-    report (when there is one) and the card with its figures."""
-    from .modelcard import write_model_card
-
-    if report is not None:
-        report.write(Path(out) / REPORT_NAME)
-    write_model_card(out, summary, report, plot=plot)
-
-
 def validate_output(result, options: ValidationOptions, progress=None) -> Report:
-    """Validate what `add` wrote, store the report in it and rewrite its model card with the figures.
+    """Validate what the job wrote (its staging directory, before it is published; else the published output).
 
-    The report and card are written on failure too (they record it: the output is kept for inspection).
-
-    Raises:
-        ValidationFailed: a check failed; `.report` holds the figures.
+    The report names the output by where it will be published. A `--plot` inside the output is drawn into
+    the staging directory, so that it is published with it.
     """
-    from ..validation.validate import next_step, validate_checkpoint
+    from ..validation.validate import validate_checkpoint
 
-    out = Path(result.out)
+    where = result.staged.path if result.staged is not None else Path(result.out)
+    kwargs = options.kwargs()
+    if kwargs["plot"] is not None and result.staged is not None:
+        kwargs["plot"] = _inside(Path(kwargs["plot"]), Path(result.out), where)
     ids = [t.id for t in result.plan.tokens.new]
-    report = validate_checkpoint(result.plan.src, out, options.corpus, new_token_ids=ids, progress=progress,
+    report = validate_checkpoint(result.plan.src, where, options.corpus, new_token_ids=ids, progress=progress,
                                  base_checkpoint=result.plan.ckpt, base_tokenizer=result.plan.editor.as_loaded(),
                                  resplit_reported=set(result.plan.tokens.resplits),
-                                 new_pieces=getattr(result.plan, "new_pieces", False), **options.kwargs())
+                                 new_pieces=getattr(result.plan, "new_pieces", False),
+                                 remedy="Pass --no-validate to skip the checks", **kwargs)
+    report.new = str(result.out)
     report.init = result.plan.to_dict()["init"]
-    record(out, result.to_dict(), report, plot=options.plot)
-    if not report.passed:
-        raise ValidationFailed(
-            f"{out}: validation failed: {'; '.join(report.failures)}. The output is kept for inspection; "
-            f"see {out / REPORT_NAME}. {next_step(report, (report.init or {}).get('input'))}", report)
     return report
 
 
-def push_output(result, options: PushOptions):
-    """Push the output of `add` as one commit, with a default message naming what was added.
+def _inside(path: Path, out: Path, stage: Path) -> Path:
+    """`path` moved from `out` into `stage` when it lies inside `out`; else `path`."""
+    try:
+        return stage / path.resolve().relative_to(out.resolve())
+    except ValueError:
+        return path
+
+
+def push_output(out: Path, options: PushOptions, default_message: str):
+    """Push a published output as one commit (`options.message`, else `default_message`).
 
     Raises:
         PushError: the push failed; the message says how to retry the push alone.
     """
-    from .._version import __version__
     from ..checkpoint.hub import push
+
+    try:
+        return push(out, options.repo_id, private=options.private, revision=options.revision,
+                    create_pr=options.create_pr, token=options.token, message=options.message or default_message)
+    except PushError as e:  # the checkpoint is written: say how to retry the push alone
+        raise PushError(f"{e}. {out} is written; retry with `vocabsurgeon push {out} {options.repo_id}`") from None
+
+
+def _add_message(summary: dict) -> str:
+    from .._version import __version__
     from .modelcard import public_base_name
 
-    summary = result.to_dict()
     n_words = len({a["token"] for a in summary["added"]})
-    message = options.message or (f"Add {n_words} new token{'s' if n_words != 1 else ''} to "
-                                  f"{public_base_name(summary)} with vocabsurgeon {__version__}")
-    try:
-        return push(result.out, options.repo_id, private=options.private, revision=options.revision,
-                    create_pr=options.create_pr, token=options.token, message=message)
-    except PushError as e:  # the checkpoint is written: say how to retry the push alone
-        raise PushError(f"{e}. {result.out} is written; retry with `vocabsurgeon push {result.out} "
-                        f"{options.repo_id}`") from None
+    return (f"Add {n_words} new token{'s' if n_words != 1 else ''} to {public_base_name(summary)} with "
+            f"vocabsurgeon {__version__}")
 
 
 def finish_add(result, validation: ValidationOptions | None = DEFAULT_VALIDATION, push: PushOptions | None = None,
                *, progress=None, on_step: Callable[[str, Finished], None] | None = None) -> Finished:
-    """After `add` wrote `result.out`: validate it (unless `validation` is None), rewrite the model card
-    with the figures, then push it (when `push` is given and validation passed).
+    """After the job wrote and verified `result`: validate it, record its card and report, publish it, push it.
+
+    While `result.staged` holds the output (the engine's own runs), nothing reaches the target name before the
+    card and report describe these very weights: a failed validation leaves the target as it was and keeps the
+    output beside it as `OUT.rejected`. On an output already published (`add_tokens`), it validates and
+    records in place.
 
     Args:
-        result: the `AddResult` of `add_tokens` or `AddJob.finish()`.
-        validation: the validation options; None skips validation (the card says so).
-        push: where to push; None keeps the output local.
+        result: the `AddResult` of the job.
+        validation: the validation options; None skips validation (the card and report say so).
+        push: where to push once published; None keeps the output local.
         progress: `progress.Progress` callbacks of the validation.
         on_step: called with "validate" or "push" and what is done so far, as each step starts.
 
     Raises:
-        ValidationFailed: validation failed (exit 3 in the CLI); nothing is pushed.
-        PushError: the push failed (exit 4).
-        Interrupted: Ctrl-C during validation or the push.
+        ValidationFailed: validation failed (exit 3); nothing is published or pushed.
+        PushError: the push failed (exit 4); the output is published.
+        Interrupted: Ctrl-C during validation (nothing published) or the push.
         Each of them holds in `.finished` what was done before it (`Finished`).
     """
+    from .job import write_errors
+
     step = on_step or (lambda name, done: None)
     done = Finished(result)
+    staged = result.staged
+    where = staged.path if staged is not None else Path(result.out)
     if validation is not None:
         step("validate", done)
         try:
             done.report = validate_output(result, validation, progress)
-        except ValidationFailed as e:
-            e.finished = Finished(result, e.report)  # the add summary with the figures, for `add --json`
-            raise
-        except KeyboardInterrupt:  # the output is complete: say so, in the card, the report and the message
-            record_interrupted_validation(result)
-            base = result.to_dict()["input"]
-            stop = Interrupted(
-                f"Interrupted during validation: {result.out} is written and complete but not validated (its model "
-                f"card and {REPORT_NAME} say so); run `vocabsurgeon validate {base} {result.out}` to check it and "
-                "fill them in")
+        except KeyboardInterrupt:
+            stop = Interrupted(f"Interrupted during validation: nothing was published; {result.out} is as it was")
             stop.finished = done
             raise stop from None
+    plot = validation.plot if validation is not None else None
+    if plot is not None and staged is not None:
+        plot = _inside(Path(plot), Path(result.out), where)
+    with write_errors(Path(result.out)):
+        record(where, result.to_dict(), done.report, plot=plot, fsync=result.plan.options.fsync)
+        if done.report is not None and not done.report.passed:
+            kept = staged.reject() if staged is not None else Path(result.out)
+            result.staged = None
+            _fail(result, done.report, kept)
+        if staged is not None:
+            staged.publish()
+            result.staged = None
     if push is not None:
         step("push", done)
         try:
-            done.pushed = push_output(result, push)
+            done.pushed = push_output(Path(result.out), push, _add_message(result.to_dict()))
         except PushError as e:
             e.finished = done  # the validation figures, for a summary printed with the error
             raise
@@ -215,25 +226,35 @@ def finish_add(result, validation: ValidationOptions | None = DEFAULT_VALIDATION
     return done
 
 
-def record_interrupted_validation(result) -> None:
-    """The card and report of an output whose validation was interrupted: they say so, and the report
-    keeps the add summary so that a later `vocabsurgeon validate` can fill both in (`record_validation`)."""
-    summary = result.to_dict()
-    record(result.out, summary, Report.pending(summary))
+def _fail(result, report: Report, kept: Path) -> None:
+    from ..validation.validate import next_step
+
+    out = Path(result.out)
+    where = (f"{out} is as it was; the output is kept for inspection in {kept}" if kept != out
+             else "the output is kept for inspection")
+    error = ValidationFailed(f"{out}: validation failed: {'; '.join(report.failures)}. {where}; see "
+                             f"{kept / REPORT_NAME}. {next_step(report, (report.init or {}).get('input'))}", report)
+    error.finished = Finished(result, report)  # the add summary with the figures, for `add --json`
+    error.kept = kept
+    raise error
 
 
-def record_validation(new: str | os.PathLike, report: Report, plot: str | os.PathLike | None = None) -> bool:
-    """After `vocabsurgeon validate BASE NEW`: when NEW is an `add` output whose report holds its add
-    summary (its validation was interrupted), store the new report there and rewrite its card with the
-    figures. Returns whether it did; any other NEW (a Hub repo, a validated output) is left as it is.
+def run(target, out: str | os.PathLike, make_plan: Callable, validation: ValidationOptions | None = DEFAULT_VALIDATION,
+        push: PushOptions | None = None, *, progress: Progress = SILENT, on_plan: Callable | None = None,
+        on_step: Callable[[str, Finished], None] | None = None) -> Finished:
+    """The one order every output goes through: stage, write (while `make_plan(target)` plans), verify,
+    validate, record, publish, push. `target` is an engine `Target`; `make_plan` returns its `Plan`.
+
+    Raises:
+        InputError: the output path, the plan or the input cannot be used; nothing is written.
+        ValidationFailed, PushError, Interrupted: as `finish_add`.
     """
-    path = Path(new) / REPORT_NAME
-    try:
-        pending = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    if not isinstance(pending, dict) or not isinstance(pending.get("add"), dict):
-        return False
-    summary = pending["add"]
-    record(new, summary, report.with_add(summary), plot=plot)
-    return True
+    from ..checkpoint.staging import Stage
+    from .job import AddJob, write_errors
+
+    with write_errors(Path(out)):
+        stage = Stage.open(target.src, out, target.options.force)
+    with stage:
+        with AddJob(target, stage) as job:
+            result = job.write(job.use(make_plan(target)), progress, on_plan)
+        return finish_add(result, validation, push, progress=progress, on_step=on_step)

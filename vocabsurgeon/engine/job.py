@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Callable
 
 from .._version import __version__
-from ..checkpoint.writer import (Syncer, check_output_path, copy_file, copy_old_bytes, final_layout, reserve_layout,
-                                 staging, write_rows)
+from ..checkpoint.staging import Stage, check_output_path
+from ..checkpoint.writer import Syncer, copy_file, copy_old_bytes, final_layout, reserve_layout, write_rows
 from ..errors import Cancelled, VocabSurgeonError, WriteError
 from ..init.rows import StatsAhead, all_new_rows, fitted_rows, shrunk_rows
 from ..progress import SILENT, Progress, Steps
-from .modelcard import write_model_card
+from .record import record
 from .outputs import copy_other_files, verify_checkpoint, verify_rows, write_metadata_files
 from .target import Plan, Target
 
@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 class AddResult:
     """What `add` did: the plan's view plus timings and bytes; `to_dict()` is the --json output."""
 
-    out: Path
+    out: Path  # where the output is published
     plan: Plan
     seconds: float
     bytes_written: int
@@ -42,6 +42,7 @@ class AddResult:
     init_notes: dict[str, str] = field(default_factory=dict)
     fitted: dict | None = None  # --init fitted: what was fitted, on what, and the measured figures
     shrink: dict | None = None  # --init subword-mean-shrunk: the shrink factor, the limits, the held-out KL
+    staged: Stage | None = field(default=None, repr=False)  # the proven output before it is published; None after
 
     def to_dict(self) -> dict:
         d = self.plan.to_dict()
@@ -55,28 +56,32 @@ class AddResult:
 
 
 class AddJob:
-    """One `add` under way, from the checkpoint's headers to the renamed output directory.
+    """One staged write of a plan (add's and extend's), from the checkpoint's headers to a verified staging directory.
 
-    Opening it creates the staging directory beside `out` and starts copying, in a second thread:
+    Opening it starts copying into the stage (`out`: a `Stage`, or a path for which the job makes one), in a second thread:
     the old bytes of the vocabulary shards first (their places do not depend on how many tokens
     are added: see `writer.reserve_layout`), then the untouched shards. Meanwhile this thread plans
     the tokens (`plan`) and computes the new rows (`finish`), so the copy starts before the
     tokenizer is even read. Leaving the block without `finish()` (an error, an interrupt) stops the
-    copy and removes the staging directory: `out` appears complete or not at all.
+    copy and removes the staging directory. Given a path, the job publishes the output when the block ends
+    (the card says it was not validated); given a `Stage`, the engine validates it first (`finish.finish_add`).
 
         with AddJob(open_target("ckpt/"), "out/") as job:
             job.use(plan_tokens(job.target, ["Frodo", "Gandalf"]))
             result = job.finish()
     """
 
-    def __init__(self, target: Target, out: str | os.PathLike, progress: Callable[[int], None] | None = None):
-        self.target, self.out = target, Path(out)
+    def __init__(self, target: Target, out: str | os.PathLike | Stage, progress: Callable[[int], None] | None = None):
+        self.target = target
+        self._owns_stage = not isinstance(out, Stage)
+        self.out = Path(out) if self._owns_stage else out.out
         self._progress, self._done, self._lock = progress or (lambda n: None), 0, threading.Lock()
         self._plan: Plan | None = None
         self._finished = False
         self.fit_progress: Steps | None = None  # --init fitted: (stage, done, total)
         self._t0 = time.perf_counter()
-        check_output_path(target.src, self.out, target.options.force)
+        if self._owns_stage:
+            check_output_path(target.src, self.out, target.options.force)
         ckpt = target.ckpt
         self._reserved = {f: reserve_layout(ckpt.shards[f], tuple(n for n in target.layout.all_tensors
                                                                    if ckpt.tensors[n].file == f))
@@ -87,9 +92,11 @@ class AddJob:
         self._shard_copied = {f: threading.Event() for f in self._reserved}  # set by the copy thread
         self._stack = contextlib.ExitStack()
         try:
-            self._stack.enter_context(_write_errors(self.out))
+            self._stack.enter_context(write_errors(self.out))
             self._stack.enter_context(_noting_interrupts(self._interrupted))
-            self.stage = self._stack.enter_context(staging(self.out, force=target.options.force))
+            self.staged = (self._stack.enter_context(Stage(self.out, target.options.force)) if self._owns_stage
+                           else out)
+            self.stage = self.staged.path
             self._syncer = Syncer(enabled=target.options.fsync)
             self._stack.callback(self._syncer.close)
             # Bytes move in a second thread (in the kernel: copy_file_range releases the GIL) while
@@ -99,7 +106,7 @@ class AddJob:
             self._stats = StatsAhead(target, self._interrupted)
             self._stack.callback(self._stats.close)
         except BaseException:
-            if not self._stack.__exit__(*sys.exc_info()):  # removes the staging directory
+            if not self._stack.__exit__(*sys.exc_info()):  # removes a staging directory of its own
                 raise
 
     def __enter__(self) -> "AddJob":
@@ -111,8 +118,13 @@ class AddJob:
         if kind is not None:
             self._cancel.set()
             self._copying.join(timeout=5)
-        # The staging directory is renamed into place, or removed when there was an error.
-        return self._stack.__exit__(kind, error, tb)
+            return self._stack.__exit__(kind, error, tb)  # a stage of its own is removed
+        with self._stack:  # a stage of its own: recorded as not validated, then published
+            if self._owns_stage:
+                record(self.stage, self._result.to_dict(), None, fsync=self.target.options.fsync)
+                self.staged.publish()
+                self._result.staged = None
+        return False
 
     @property
     def progress(self) -> Callable[[int], None]:
@@ -205,12 +217,6 @@ class AddJob:
         # Nothing below needs the shards' bytes: done while they are still being copied.
         write_metadata_files(plan, stage, grown)
         copy_other_files(plan, stage)
-        card = {**plan.to_dict(), "tool": f"vocabsurgeon {__version__}"}
-        if fit_report is not None:
-            card["fitted"] = fit_report
-        if shrink_report is not None:
-            card["shrink"] = shrink_report
-        write_model_card(stage, card)
         if plan.tokens.new:
             plan.verify_tokenizer(stage)
         # Each vocabulary shard is finished and checked as soon as its old bytes are in place: the
@@ -236,11 +242,13 @@ class AddJob:
         seconds = time.perf_counter() - self._t0
         logger.info("wrote %s in %.2f s", self.out, seconds)
         self._finished = True
-        return AddResult(self.out, plan, seconds, written, dict(self._methods), notes, fit_report, shrink_report)
+        self._result = AddResult(self.out, plan, seconds, written, dict(self._methods), notes, fit_report, shrink_report,
+                                 staged=self.staged)
+        return self._result
 
 
 @contextlib.contextmanager
-def _write_errors(out: Path):
+def write_errors(out: Path):
     """An OSError while writing becomes one line naming the output and the next step."""
     try:
         yield

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 from ..checkpoint.filenames import CARD_NAME, REPORT_NAME, TOKENS_LIST_NAME
+from ..checkpoint.writer import write_text_atomic
 from ..validation.report import Report, as_report
 
 logger = logging.getLogger(__name__)
@@ -136,9 +137,9 @@ def _validation_section(report: Report | None, plot_rel: str | None) -> list[str
     """The card's validation section: the verdict, then the rows of each check record (`checks.py`)."""
     if report is None:
         return ["## Validation", "", "Not run (`--no-validate`). Run `vocabsurgeon validate BASE THIS` to check it.", ""]
-    if report.interrupted:
-        return ["## Validation", "", "Interrupted before it finished: this checkpoint is complete but not validated. "
-                "Run `vocabsurgeon validate BASE THIS` to check it; that fills in this section.", ""]
+    if report.pending is not None:
+        return ["## Validation", "", f"Not run (`{report.pending}`). Run `vocabsurgeon validate BASE THIS` to check it; "
+                "that fills in this section.", ""]
     verdict = "**passed**" if report.passed else "**FAILED**: " + "; ".join(report.failures)
     on = f"{report.corpus['positions']} positions of " if report.corpus.get("positions") else ""
     method = f", {report.method}" if report.method else ""
@@ -384,7 +385,7 @@ def _card_source(summary: dict, report: Report | dict | None = None, *, base_car
 
 
 def write_model_card(out: str | os.PathLike, summary: dict, report: Report | dict | None = None, *,
-                     plot: str | os.PathLike | None = None, base_card: str | None = None) -> Path:
+                     plot: str | os.PathLike | None = None, base_card: str | None = None, fsync: bool = True) -> Path:
     """Write the model card README.md into the output directory `out`; returns its path.
 
     The metadata of `base_card` (default: the README.md already in `out`, which `add` copies from
@@ -405,7 +406,7 @@ def write_model_card(out: str | os.PathLike, summary: dict, report: Report | dic
     tokens_file = None
     if len(words) > MAX_LISTED:
         tokens_file = TOKENS_LIST_NAME
-        (out / tokens_file).write_text("".join(w["token"] + "\n" for w in words), encoding="utf-8")
+        write_text_atomic(out / tokens_file, "".join(w["token"] + "\n" for w in words), fsync)
     plot_rel = None
     if plot is not None:
         try:
@@ -415,6 +416,5 @@ def write_model_card(out: str | os.PathLike, summary: dict, report: Report | dic
     # Not model_card(...).save(): importing ModelCard costs more than the rest (see the module docstring).
     text = model_card_text(summary, report, base_card=base_card, plot=plot_rel, tokens_file=tokens_file)
     out.mkdir(parents=True, exist_ok=True)
-    with open(card_path, "w", newline="", encoding="utf-8") as f:  # as ModelCard.save: line endings kept
-        f.write(text)
+    write_text_atomic(card_path, text, fsync)  # as ModelCard.save: line endings kept
     return card_path

@@ -9,7 +9,8 @@ import math
 import shutil
 from pathlib import Path
 
-from ..checkpoint.filenames import CONFIG_NAME, INDEX_NAME, SLOW_TOKENIZER_FILES, TOKENIZER_CONFIG, TOKENIZER_FILE
+from ..checkpoint.filenames import (CONFIG_NAME, INDEX_NAME, REPORT_NAME, SLOW_TOKENIZER_FILES, TOKENIZER_CONFIG,
+                                    TOKENIZER_FILE)
 from ..checkpoint.reader import Checkpoint, read_header, rows_kept
 from ..checkpoint.writer import GrownTensor, write_json
 from ..errors import VocabSurgeonError
@@ -62,6 +63,7 @@ def _parameters_added(plan: Plan, grown: dict[str, GrownTensor]) -> int:
 
 # Files that are rewritten above, or that must never be carried over.
 _HANDLED = {INDEX_NAME, CONFIG_NAME, TOKENIZER_FILE, TOKENIZER_CONFIG, *SLOW_TOKENIZER_FILES}
+_OWN = {REPORT_NAME}  # an earlier output's report describes other weights: the engine writes this one's
 
 
 def copy_other_files(plan: Plan, stage: Path) -> None:
@@ -70,7 +72,7 @@ def copy_other_files(plan: Plan, stage: Path) -> None:
         rel = p.relative_to(src)
         if any(part.startswith(".") for part in rel.parts) or rel.parts[0] in ("__pycache__",):
             continue  # .git, .cache, editor files: not part of the checkpoint
-        if len(rel.parts) == 1 and (p.name in plan.ckpt.shards or p.name in plan.dropped
+        if len(rel.parts) == 1 and (p.name in plan.ckpt.shards or p.name in plan.dropped or p.name in _OWN
                                     or (p.name in _HANDLED and (stage / p.name).exists())):
             continue
         dst = stage / rel

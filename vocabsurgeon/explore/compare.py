@@ -19,6 +19,7 @@ import numpy as np
 
 from ..checkpoint.architectures import detect
 from ..checkpoint.reader import Checkpoint
+from ..devices import check_device
 from ..errors import InputError
 from ..checkpoint.filenames import TOKENIZER_FILE
 from ..checkpoint.hub import Source, resolve_checkpoint, resolve_checkpoints
@@ -437,6 +438,7 @@ def compare(path_a: str | Path, path_b: str | Path, k: int = DEFAULT_K, *, which
         InputError: for bad checkpoints, no shared token, k too large for the shared vocabulary, or
             a repo id that cannot be pulled.
     """
+    check_device(device)  # before any download or read
     src_a, src_b = resolve_checkpoints([path_a, path_b], revision=revision, token=token)  # downloads: not timed
     started = time.perf_counter()
     dev = _device(device)
@@ -553,6 +555,7 @@ def neighbors(path: str | Path, queries: Sequence[str], k: int = DEFAULT_K, *, m
     """
     if metric not in METRICS:
         raise InputError(f"--metric {metric!r} is not one of {', '.join(METRICS)}")
+    check_device(device)  # before any download or read
     src = resolve_checkpoint(path, revision=revision, token=token)
     space = load_space(src.path, which, embedding_key=embedding_key, lm_head_key=lm_head_key)
     _check_k(k, len(space.strings), f"'{space.tensor}'")

@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 
-from ..engine.finish import DEFAULT_VALIDATION, Finished, PushOptions, ValidationOptions, finish_add
+from ..engine.finish import DEFAULT_VALIDATION, Finished, PushOptions, ValidationOptions, run
 from ..engine.job import AddJob, AddResult
 from ..engine.target import AddOptions, open_target
 from ..progress import SILENT, Progress
@@ -76,5 +76,7 @@ def extend_validate_push(src: str | os.PathLike, out: str | os.PathLike, options
     if push is not None:
         push.check()
     progress = progress or SILENT
-    result = run_extend(open_target(src, add_options, revision=revision, token=token), out, options, progress, on_plan)
-    return finish_add(result, validation, push, progress=progress, on_step=on_step)
+    target = open_target(src, add_options, revision=revision, token=token)
+    reading = progress.count("reading corpus", _size(options.corpus), "B")
+    return run(target, out, lambda t: plan_extend(t, options, progress=reading), validation, push, progress=progress,
+               on_plan=on_plan, on_step=on_step)

@@ -31,8 +31,13 @@ from ..checkpoint.filenames import (CARD_NAME, CONFIG_NAME, GENERATION_CONFIG_NA
                                     TOKENIZER_CONFIG, TOKENIZER_FILE)
 from ..checkpoint.hub import Source, resolve_checkpoint
 from ..checkpoint.reader import Checkpoint, TensorInfo, read_json, same_bytes
-from ..checkpoint.writer import (Syncer, check_output_path, copy_file, copy_old_bytes, encode_rows, json_text, layout_shard,
-                                 staging, write_json)
+from ..checkpoint.staging import Stage
+from ..checkpoint.writer import (Syncer, copy_file, copy_old_bytes, encode_rows, json_text, layout_shard,
+                                 write_json)
+from ..engine.finish import push_output
+from ..engine.job import write_errors
+from ..engine.record import record
+from ..validation.report import Report
 from ..errors import InputError, VocabSurgeonError
 from ..corpus import counting_tokenizer
 from ..tokenizer.chats import CHATS, chat_template
@@ -45,6 +50,7 @@ from .tokenizer import TokenizerVocab, remap_config, remap_tokenizer_config, tri
 
 logger = logging.getLogger(__name__)
 
+TRIM_PENDING = "trim"  # the report's `pending`: trim runs no model validation (`record.pushable`)
 IDMAP_NAME = "vocabsurgeon_idmap.json"  # {"old_ids": [old id of new id 0, 1, ...]}
 GATHER_BYTES = 16 << 20  # rows read per block when gathering: memory O(block), not O(vocab x hidden)
 
@@ -304,32 +310,36 @@ def write_trim(plan: TrimPlan, out: str | os.PathLike, progress: Callable[[int],
     t0 = time.perf_counter()
     out = Path(out)
     progress = progress or (lambda n: None)
-    check_output_path(plan.src, out, plan.options.force)
     ckpt, opts = plan.ckpt, plan.options
     methods: dict[str, str] = {}
-    with staging(out, force=opts.force) as stage:
-        syncer = Syncer(enabled=opts.fsync)
-        try:
-            for f in ckpt.shards:
-                if f in plan.vocab_files:
-                    _rewrite_shard(plan, f, stage / f, progress)
-                    methods[f] = "rewrite"
-                else:
-                    methods[f] = copy_file(ckpt.path / f, stage / f, link=opts.link, progress=progress)
-                syncer.submit(stage / f)
-            _write_metadata(plan, stage)
-            _verify(plan, stage)
-            for p in sorted(stage.rglob("*"), reverse=True):
-                if p not in syncer.submitted:
-                    syncer.submit(p)
-            syncer.submit(stage)
-            syncer.wait()
-        finally:
-            syncer.close()
-        written = sum((stage / f).stat().st_size for f in ckpt.shards)
-    seconds = time.perf_counter() - t0
-    logger.info("wrote %s in %.2f s", out, seconds)
-    return TrimResult(out, plan, seconds, written, methods)
+    with write_errors(out):
+        stage = Stage.open(plan.src, out, opts.force)
+        with stage:
+            syncer = Syncer(enabled=opts.fsync)
+            try:
+                for f in ckpt.shards:
+                    if f in plan.vocab_files:
+                        _rewrite_shard(plan, f, stage.path / f, progress)
+                        methods[f] = "rewrite"
+                    else:
+                        methods[f] = copy_file(ckpt.path / f, stage.path / f, link=opts.link, progress=progress)
+                    syncer.submit(stage.path / f)
+                _write_metadata(plan, stage.path)
+                _verify(plan, stage.path)
+                for p in sorted(stage.path.rglob("*"), reverse=True):
+                    if p not in syncer.submitted:
+                        syncer.submit(p)
+                syncer.submit(stage.path)
+                syncer.wait()
+            finally:
+                syncer.close()
+            written = sum((stage.path / f).stat().st_size for f in ckpt.shards)
+            result = TrimResult(out, plan, time.perf_counter() - t0, written, methods)
+            record(stage.path, result.to_dict(), Report.not_run(result.to_dict(), TRIM_PENDING), card=False,
+                   fsync=opts.fsync)
+            stage.publish()
+    logger.info("wrote %s in %.2f s", out, result.seconds)
+    return result
 
 
 def push_trimmed(result: TrimResult, options) -> object:
@@ -338,18 +348,10 @@ def push_trimmed(result: TrimResult, options) -> object:
     Raises:
         PushError: the push failed; the message says the output is written and how to retry the push alone.
     """
-    from ..checkpoint.hub import push
-    from ..errors import PushError
-
     base = Path(result.plan.source.name).name if not result.plan.source.repo_id else result.plan.source.repo_id
     message = options.message or (f"Trim the vocabulary of {base} to {len(result.plan.kept)} tokens with "
                                    f"vocabsurgeon {__version__}")
-    try:
-        return push(result.out, options.repo_id, private=options.private, revision=options.revision,
-                    create_pr=options.create_pr, token=options.token, message=message)
-    except PushError as e:
-        raise PushError(f"{e}. {result.out} is written; retry with `vocabsurgeon push {result.out} "
-                        f"{options.repo_id}`") from None
+    return push_output(result.out, options, message)
 
 
 def _rewrite_shard(plan: TrimPlan, f: str, dst: Path, progress: Callable[[int], None]) -> None:

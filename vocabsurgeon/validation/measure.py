@@ -255,7 +255,7 @@ def _check_rows(got: int, want: int, path: Path) -> None:
 
 
 def run_models(base: Path | None, new: Path, kind: ModelKind, device: str, inp: Inputs, old_tok, new_tok,
-             progress: Progress, dtype: str = "auto") -> Measured:
+             progress: Progress, dtype: str = "auto", remedy: str = "") -> Measured:
     """Run the expanded model NEW, after the original BASE when one is given (two passes), and measure
     what applies to `kind`.
 
@@ -275,7 +275,7 @@ def run_models(base: Path | None, new: Path, kind: ModelKind, device: str, inp: 
 
     if base is not None:
         progress.stage(f"original model ({base})")
-        with loaded_model(base, device, kind, dtype=dtype) as model:
+        with loaded_model(base, device, kind, dtype=dtype, remedy=remedy) as model:
             w = start(model, 2)
             old_out = list(_outputs(model, w.corpus, kind, progress))
             old_chat = list(_outputs(model, w.chat, kind, progress)) if kind.has_logits else []
@@ -286,7 +286,7 @@ def run_models(base: Path | None, new: Path, kind: ModelKind, device: str, inp: 
                 m.old_bits = _bits(model, w.usable_old, len(w.prefix), progress=progress)
 
     progress.stage(f"expanded model ({new})" + (", one pass" if base is None else ""))
-    with loaded_model(new, device, kind, dtype=dtype) as model:
+    with loaded_model(new, device, kind, dtype=dtype, remedy=remedy) as model:
         if base is None:
             w = start(model, 1)
         kls = []

@@ -3,9 +3,9 @@
 Read by attribute (`report.passed`, `report.check("kl")`) or, like transformers' `ModelOutput`, as the
 dict (`report["kl"]["mean"]`); `to_dict()` is the JSON, `from_dict()` reads a stored report back.
 
-    >>> r = Report.pending({"input": "ckpt/"})
-    >>> r.interrupted, r.passed, r.to_dict()["add"]
-    (True, None, {'input': 'ckpt/'})
+    >>> r = Report.not_run({"input": "ckpt/"}, "--no-validate")
+    >>> r.pending, r.passed, r.to_dict()["add"]
+    ('--no-validate', None, {'input': 'ckpt/'})
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from ..checkpoint.writer import write_text_atomic
 from .checks import Check, read_checks
 from .checks import failures as check_failures
 
@@ -28,7 +29,7 @@ _HEAD = ("passed", "failures", "complete", "skipped", "method", "method_reason",
 class Report(Mapping):
     """What validation measured and decided (README: "The validation report")."""
 
-    passed: bool | None  # None: validation was interrupted before it decided
+    passed: bool | None  # None: validation did not run (`pending` says why)
     failures: list[str] = field(default_factory=list)
     complete: bool = True  # every check ran (`skipped` is empty)
     skipped: list[str] = field(default_factory=list)  # checks a model of this kind cannot run, with the reason
@@ -47,8 +48,8 @@ class Report(Mapping):
     seconds: dict = field(default_factory=dict)  # stage -> wall seconds
     plot: str | None = None
     init: dict | None = None  # the add summary's init, when the checkpoint is an add output
-    add: dict | None = None  # the whole add summary: kept by an interrupted validation, and once filled in
-    interrupted: bool = False
+    add: dict | None = None  # the whole add summary: kept while validation is pending, and once filled in
+    pending: str | None = None  # why validation did not run ("--no-validate"); None once it ran
 
     @classmethod
     def decide(cls, checks: list[Check], skipped: list[str], **figures) -> Report:
@@ -57,10 +58,10 @@ class Report(Mapping):
         return cls(passed=not fails, failures=fails, complete=not skipped, skipped=skipped, checks=checks, **figures)
 
     @classmethod
-    def pending(cls, summary: dict) -> Report:
-        """The report of an add output whose validation was interrupted: it keeps the add summary, so
+    def not_run(cls, summary: dict, why: str) -> Report:
+        """The report of an output that was not validated (`why`: "--no-validate"): it keeps the summary, so
         that a later `vocabsurgeon validate` can fill the report and the card in."""
-        return cls(passed=None, interrupted=True, add=summary)
+        return cls(passed=None, pending=why, add=summary)
 
     def check(self, key: str) -> Check | None:
         """The check record stored under `key` ("kl", "sampling", ...), or None when it is not in the report."""
@@ -74,8 +75,8 @@ class Report(Mapping):
 
     def to_dict(self) -> dict:
         """The JSON of `vocabsurgeon_report.json` and `vocabsurgeon validate --json`."""
-        if self.interrupted:
-            return {"passed": None, "interrupted": True, "failures": list(self.failures), "add": self.add}
+        if self.pending is not None:
+            return {"passed": None, "pending": self.pending, "failures": list(self.failures), "add": self.add}
         d = {k: getattr(self, k) for k in _HEAD}
         d.update({c.KEY: c.to_dict() for c in self.checks})
         d["thresholds"] = self.thresholds
@@ -87,7 +88,7 @@ class Report(Mapping):
 
     def write(self, path: str | os.PathLike) -> None:
         """Store the report as `vocabsurgeon_report.json` stores it (indented UTF-8, a final newline)."""
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        write_text_atomic(Path(path), json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n")
 
     @classmethod
     def from_dict(cls, d: dict) -> Report:

@@ -266,6 +266,21 @@ def _opened(ckpt: Checkpoint | str | os.PathLike) -> Checkpoint:
     return ckpt if isinstance(ckpt, Checkpoint) else Checkpoint.open(ckpt)
 
 
+def _same_model(base: Checkpoint, new: Checkpoint, names: dict) -> None:
+    """Refuse, before loading anything, a NEW that is not a model of BASE's kind: validation loads NEW with
+    BASE's class, and another architecture's config would build a model of the class's default size."""
+    def kind(ck: Checkpoint) -> tuple:
+        cfg = text_config(ck.config)
+        return ck.config.get("model_type"), cfg.get("hidden_size", cfg.get("n_embd", cfg.get("d_model")))
+
+    (bt, bh), (nt, nh) = kind(base), kind(new)
+    if bt != nt or bh != nh:
+        what = (f"a {nt} model" if bt != nt else f"hidden size {nh}") + f", {names['base']} " + (
+            f"a {bt} model" if bt != nt else f"hidden size {bh}")
+        raise InputError(f"{names['new']} is {what}: validate compares an output with the checkpoint it was made "
+                         f"from; pass that checkpoint as BASE")
+
+
 def _vocab_rows(ckpt: Checkpoint) -> int:
     """Rows of the output softmax from config.json (text_config when nested)."""
 
@@ -416,6 +431,7 @@ def validate_checkpoint(
     base_tokenizer=None,
     resplit_reported: set[str] | None = None,
     new_pieces: bool = False,
+    remedy: str = "",
 ) -> Report:
     """Compare the expanded checkpoint `new` with its original `base`; returns the report.
 
@@ -444,6 +460,7 @@ def validate_checkpoint(
         resplit_reported: the new words the plan reported as re-splitting longer words (its
             longer_words_resplit); None: every added token's word (matched anywhere in raw text).
         new_pieces: the new tokens are sub-word pieces (`extend`), not words: no check that each is one token.
+        remedy: what the caller's user can do when a model cannot be run (`add`: "Pass --no-validate ...").
 
     Returns:
         A `report.Report` (it reads as the dict of its JSON too): `passed`, `failures` (why not, in
@@ -453,7 +470,8 @@ def validate_checkpoint(
         (repo id, revision and commit of each checkpoint from the Hub). See README.md.
 
     Raises:
-        InputError: a checkpoint, an option or the corpus cannot be used, or a repo id cannot be pulled.
+        InputError: a checkpoint, an option or the corpus cannot be used, `base` and `new` are models of
+            different kinds, or a repo id cannot be pulled; before any model is loaded.
 
     Example:
         >>> r = validate_checkpoint("ckpt/", "out/", max_tokens=512)  # doctest: +SKIP
@@ -479,6 +497,7 @@ def validate_checkpoint(
     # `base_checkpoint` is the one `add` already opened.
     base_ck = base_checkpoint if base_checkpoint is not None and base_checkpoint.path == Path(base) else _opened(base)
     new_ck = _opened(new)
+    _same_model(base_ck, new_ck, names)
     n, rows_new = _vocab_rows(base_ck), _vocab_rows(new_ck)
     no_new_rows = InputError(
         f"{names['new']}: vocab_size is {rows_new}, not more than the {n} of {names['base']}; pass the original "
@@ -533,7 +552,8 @@ def validate_checkpoint(
         passes = 1 if relation.derived else 2
         tokens = passes * (min(max_tokens, len(inp.corpus_ids)) + sum(map(len, inp.chat_old))) + 600
         progress.stage(f"{used} ({relation.reason}): {estimate(new_ck, tokens, device).describe()}")
-        m = run_models(None if relation.derived else base, new, kind, device, inp, old_tok, new_tok, progress, dtype)
+        m = run_models(None if relation.derived else base, new, kind, device, inp, old_tok, new_tok, progress, dtype,
+                       remedy)
     for what in skipped:
         logger.warning("%s: %s", new, what)
 
