@@ -9,8 +9,7 @@ import os
 
 from ..checkpoint.architectures import check_text_ids, text_id_limit
 from ..checkpoint.filenames import STALE_SLOW_FILES, TOKENIZER_FILE
-from ..engine.target import (AddOptions, Plan, Target, _architectures, open_target,  # noqa: F401 (add's names)
-                             padding_multiple)
+from ..engine.target import AddOptions, Plan, Target, open_target, padding_multiple  # noqa: F401 (add's names)
 from ..errors import InputError
 from ..tokenizer.editor import TokenizerEditor
 from .wordlist import check_word_count
@@ -71,11 +70,7 @@ def plan_tokens(target: Target, tokens: list[str]) -> Plan:
         rows_after = math.ceil(rows_after / m) * m
     rewrite = target.vocab_files if tplan.new else []
     copy = [f for f in ckpt.shards if f not in rewrite]
-    architectures = _architectures(target) if tplan.new else None
-    if architectures:
-        tplan.notes.append(f"config.json has no 'architectures': written as {architectures} (the model class transformers "
-                           "has for its model type), which llama.cpp's converter needs to detect the model")
-    return Plan(target, editor, tplan, layout.rows, rows_after, rewrite, copy, dropped, architectures)
+    return Plan(target, editor, tplan, layout.rows, rows_after, rewrite, copy, dropped)
 
 
 def _check_texts(options: AddOptions) -> list[str]:

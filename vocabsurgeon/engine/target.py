@@ -135,7 +135,13 @@ class Plan:
     rewrite: list[str]  # shard files that hold vocabulary tensors
     copy: list[str]  # shard files copied untouched
     dropped: list[str] = field(default_factory=list)  # stale slow-tokenizer files left out
-    architectures: list[str] | None = None  # written into config.json, which lacks them (`_architectures`)
+    architectures: list[str] | None = None  # written into config.json, which lacks them (`architectures_for`)
+
+    def __post_init__(self):
+        if self.architectures is None and self.tokens.new:  # every front-end's output gets them
+            self.architectures = architectures_for(self.ckpt, self.layout)
+            if self.architectures:
+                self.tokens.notes.append(ARCHITECTURES_NOTE.format(self.architectures))
 
     src = property(lambda self: self.target.src)
     ckpt = property(lambda self: self.target.ckpt)
@@ -300,16 +306,21 @@ def open_target(src: str | os.PathLike, options: AddOptions | None = None, *, re
     return Target(Path(source.path), ckpt, layout, replace(options, init_input=inp, init_output=outp), source)
 
 
-def _architectures(target: Target) -> list[str] | None:
-    """The `architectures` of the output's config.json where the input's has none and the model's class is
+def architectures_for(ckpt: Checkpoint, layout: VocabLayout) -> list[str] | None:
+    """The `architectures` an output's config.json gets where the input's has none and the model's class is
     known (transformers' class for its model type, as validation loads it): llama.cpp's converter picks its
-    model by them and refuses a config without ("Failed to detect model architecture")."""
-    if target.ckpt.config.get("architectures") or target.layout.architecture == "unknown":
+    model by them and refuses a config without ("Failed to detect model architecture"). Every command that
+    writes a checkpoint writes them."""
+    if ckpt.config.get("architectures") or layout.architecture == "unknown":
         return None
     from ..runtime import model_kind
 
-    cls = model_kind(target.ckpt.path).class_name
+    cls = model_kind(ckpt.path).class_name
     return [cls] if cls else None
+
+
+ARCHITECTURES_NOTE = ("config.json has no 'architectures': written as {} (the model class transformers has for its "
+                      "model type), which llama.cpp's converter needs to detect the model")
 
 
 def padding_multiple(rows: int, tokens: int) -> int | None:

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from .._version import __version__
-from ..engine.target import MAX_PAD_MULTIPLE
+from ..engine.target import MAX_PAD_MULTIPLE, architectures_for
 from ..checkpoint.architectures import VocabLayout, detect, text_config
 from ..checkpoint.filenames import (CARD_NAME, CONFIG_NAME, GENERATION_CONFIG_NAME, INDEX_NAME, STALE_SLOW_FILES,
                                     TOKENIZER_CONFIG, TOKENIZER_FILE)
@@ -436,6 +436,9 @@ def _write_metadata(plan: TrimPlan, stage: Path) -> None:
                                             for n in lay.all_tensors if n not in lay.aliases)
         write_json(stage / INDEX_NAME, index)
     config = remap_config(ckpt.config, new_of)
+    architectures = architectures_for(ckpt, lay)
+    if architectures:  # as every command's output has them
+        config["architectures"] = architectures
     for path in lay.vocab_keys:
         node = config
         for key in path[:-1]:
