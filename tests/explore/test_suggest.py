@@ -241,7 +241,7 @@ def test_cli_refuses_a_missing_corpus(tmp_path):
     r = run("suggest", FIXTURES / "gpt2-tiny", "--corpus", tmp_path / "nope.txt")
     assert r.exit_code == 2
     assert r.stderr.strip() == (f"Error: {tmp_path / 'nope.txt'}: cannot read the corpus (No such file or directory); "
-                                "check the path")
+                                "pass a UTF-8 text file to --corpus")
 
 
 def test_cli_refuses_an_empty_corpus(tmp_path):
@@ -257,7 +257,7 @@ def test_cli_refuses_a_corpus_that_is_not_utf8(tmp_path):
     bad.write_bytes("Frodo and Éowyn\n".encode("latin-1"))
     r = run("suggest", FIXTURES / "gpt2-tiny", "--corpus", bad)
     assert r.exit_code == 2
-    assert r.stderr.strip() == f"Error: {bad}: invalid UTF-8 near byte 10; save the corpus as UTF-8"
+    assert r.stderr.strip() == f"Error: {bad}: invalid UTF-8 at byte 10; save the corpus as UTF-8"
 
 
 def test_cli_says_when_nothing_saves_a_token(tmp_path):
