@@ -331,7 +331,7 @@ def old_text_kl(src: Path, out: Path, max_tokens: int = 2048, masked: bool = Fal
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     from vocabsurgeon.kl import kl_figures, kl_per_position
-    from vocabsurgeon.runtime import read_corpus
+    from vocabsurgeon.corpus import read_corpus
 
     tok = AutoTokenizer.from_pretrained(src)
     a, b = (AutoModelForMaskedLM.from_pretrained(p).eval() for p in (src, out))

@@ -82,7 +82,8 @@ def extend_command(src: Path, out: Path, corpus: Path, n: int, options: dict) ->
 def old_text_kl(ckpt: Path, old_tok, n: int) -> np.ndarray:
     """KL(p_old || p_new) per position of validation's default corpus, one pass (validation's own method)."""
     from vocabsurgeon.kl import kl_per_position
-    from vocabsurgeon.runtime import context_length, corpus_windows, encode, loaded_model, read_corpus
+    from vocabsurgeon.corpus import read_corpus
+    from vocabsurgeon.runtime import context_length, corpus_windows, encode, loaded_model
 
     text = read_corpus(None)[0]
     with loaded_model(ckpt, "cpu") as lm:

@@ -1,4 +1,4 @@
-"""Running models for the checks: loading (transformers, never remote code), devices, forward passes, corpora.
+"""Running models for the checks: loading (transformers, never remote code), devices, forward passes.
 
 What validation and inspect both need, and nothing about pass or fail. transformers is imported
 lazily: it costs seconds.
@@ -9,13 +9,10 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
-import hashlib
 import os
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
 
 
 from .devices import load_dtype, resolve_device
@@ -29,44 +26,6 @@ MAX_WINDOW = 512  # tokens per forward pass; also capped by the model's context 
 
 class NonFiniteOutput(Exception):
     """The model computed NaN or Inf logits (e.g. from NaN rows): sampling cannot go on."""
-
-
-def read_text_file(path: str | os.PathLike, what: str = "corpus", flag: str = "--corpus") -> tuple[str, str]:
-    """A user's UTF-8 text file (`what`, given to `flag`): its text and the sha256 of its bytes.
-
-    Raises:
-        InputError: the file cannot be read or is not UTF-8.
-    """
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise InputError(f"{p}: cannot read the {what} ({e.strerror}); pass a UTF-8 text file to {flag}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError(f"{p}: invalid UTF-8 at byte {e.start}; save the {what} as UTF-8") from None
-    return text, hashlib.sha256(data).hexdigest()
-
-
-def read_corpus(path: str | os.PathLike | None = None) -> tuple[str, str]:
-    """The validation text and its name: the file at `path`, or the packaged default corpus.
-
-    Raises:
-        InputError: the file cannot be read, is not UTF-8, or holds no text.
-    """
-    if path is None:
-        return resources.files("vocabsurgeon").joinpath("data/corpus.txt").read_text(encoding="utf-8"), "default"
-    text, _ = read_text_file(path)
-    if not text.strip():
-        raise InputError(f"{path}: the corpus is empty; pass a file with some text to --corpus")
-    return text, str(path)
-
-
-def paragraphs(text: str) -> list[str]:
-    """The paragraphs of a corpus (blank-line separated, blank ones dropped): the unit every reader of
-    a corpus windows, and the packaged corpus's even/odd split (fitted on / held out) counts."""
-    return [p for p in text.split("\n\n") if p.strip()]
 
 
 def _quiet_transformers() -> None:

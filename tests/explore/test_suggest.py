@@ -24,7 +24,7 @@ import vocabsurgeon.explore.suggest as suggest_module
 from vocabsurgeon.cli.commands import cli
 from vocabsurgeon.corpus import Reader, counting_tokenizer
 from vocabsurgeon.explore.suggest import (
-    count_words,
+    count_split_words,
     rank,
     suggest_tokens,
 )
@@ -143,12 +143,12 @@ def test_counts_do_not_depend_on_the_chunk_or_read_size(name, tmp_path, monkeypa
     corpus = tmp_path / "c.txt"
     corpus.write_text("\ufeff" + CORPUS.read_text(encoding="utf-8") + TRICKY, encoding="utf-8")
     tok = counting_tokenizer(FIXTURES / name)
-    big = count_words(tok, corpus)
+    big = count_split_words(tok, corpus)
     assert big.bytes == corpus.stat().st_size - 3  # the BOM is not text
     monkeypatch.setattr(corpus_module, "READ_BYTES", 5)  # partial lines, UTF-8 characters cut in two
     seen = []
     for chunk in (16, 100, 4096):
-        small = count_words(tok, corpus, chunk_chars=chunk, progress=seen.append)
+        small = count_split_words(tok, corpus, chunk_chars=chunk, progress=seen.append)
         assert (small.tokens, small.bytes, small.occurrences) == (big.tokens, big.bytes, big.occurrences), chunk
         assert sum(seen) == corpus.stat().st_size
         seen.clear()
@@ -202,11 +202,11 @@ def test_sentencepiece_words_are_the_pieces_between_word_starts(tmp_path):
     tok = _sp_bpe()
     corpus = tmp_path / "c.txt"
     corpus.write_text('Frodo, said "Frodo" (Frodo) and Frodo. Éowyn saw Frodo\n', encoding="utf-8")
-    occ = count_words(tok, corpus).occurrences
+    occ = count_split_words(tok, corpus).occurrences
     frodo = {span: n for (span, _), n in occ.items() if "Frodo" in span}
     # punctuation is not part of the word; the word-start form carries its space
     assert frodo == {"Frodo": 3, " Frodo": 2}
-    assert [c.word for c in rank(count_words(tok, corpus), tok, min_count=2)][:1] == ["Frodo"]
+    assert [c.word for c in rank(count_split_words(tok, corpus), tok, min_count=2)][:1] == ["Frodo"]
     assert ("Éowyn" in {span.strip() for span, _ in occ})
 
 
@@ -218,7 +218,7 @@ def test_spellings_that_normalize_alike_are_one_candidate(tmp_path):
                                                                        special_tokens=["[UNK]"]))
     corpus = tmp_path / "c.txt"
     corpus.write_text("Frodo and frodo, FRODO! Frodo.\n", encoding="utf-8")
-    [frodo] = [c for c in rank(count_words(tok, corpus), tok, min_count=1) if c.word.lower() == "frodo"]
+    [frodo] = [c for c in rank(count_split_words(tok, corpus), tok, min_count=1) if c.word.lower() == "frodo"]
     assert frodo.word == "Frodo" and frodo.count == 4
 
 
@@ -241,7 +241,7 @@ def test_cli_refuses_a_missing_corpus(tmp_path):
     r = run("suggest", FIXTURES / "gpt2-tiny", "--corpus", tmp_path / "nope.txt")
     assert r.exit_code == 2
     assert r.stderr.strip() == (f"Error: {tmp_path / 'nope.txt'}: cannot read the corpus (No such file or directory); "
-                                "check the path")
+                                "pass a UTF-8 text file to --corpus")
 
 
 def test_cli_refuses_an_empty_corpus(tmp_path):
@@ -249,7 +249,8 @@ def test_cli_refuses_an_empty_corpus(tmp_path):
     empty.write_bytes(b"\xef\xbb\xbf")  # a BOM and nothing else
     r = run("suggest", FIXTURES / "gpt2-tiny", "--corpus", empty, "--json")
     assert r.exit_code == 2 and r.stdout == ""
-    assert r.stderr.strip() == f"Error: {empty}: the corpus is empty; pass a UTF-8 text file with the domain's text"
+    assert r.stderr.strip() == (f"Error: {empty}: the corpus is empty; pass a UTF-8 text file with the domain's "
+                                "text to --corpus")
 
 
 def test_cli_refuses_a_corpus_that_is_not_utf8(tmp_path):
@@ -257,7 +258,7 @@ def test_cli_refuses_a_corpus_that_is_not_utf8(tmp_path):
     bad.write_bytes("Frodo and Éowyn\n".encode("latin-1"))
     r = run("suggest", FIXTURES / "gpt2-tiny", "--corpus", bad)
     assert r.exit_code == 2
-    assert r.stderr.strip() == f"Error: {bad}: invalid UTF-8 near byte 10; save the corpus as UTF-8"
+    assert r.stderr.strip() == f"Error: {bad}: invalid UTF-8 at byte 10; save the corpus as UTF-8"
 
 
 def test_cli_says_when_nothing_saves_a_token(tmp_path):
@@ -358,7 +359,7 @@ def test_the_projection_is_what_add_then_delivers_on_the_fixture(tmp_path):
     d = json.loads(r.stdout)
     assert run("add", "-q", "--no-validate", "--tokens", tokens, FIXTURES / "gpt2-tiny", tmp_path / "out").exit_code == 0
     # the corpus has no word that contains a proposed word, so the projection is exact here
-    after = count_words(counting_tokenizer(tmp_path / "out"), CORPUS)
+    after = count_split_words(counting_tokenizer(tmp_path / "out"), CORPUS)
     assert after.tokens == d["tokens_after"] < d["tokens_before"]
 
 
@@ -388,7 +389,7 @@ def test_fragments_of_longer_identifiers_are_not_proposed_and_one_paragraph_does
              for i in range(12)]
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n\n".join([one_list, *prose, "AF_INET6 AF_INET6 INET6 AF_INET AF_INET6"]), encoding="utf-8")
-    counts = count_words(counting_tokenizer(FIXTURES / "gpt2-tiny"), corpus)
+    counts = count_split_words(counting_tokenizer(FIXTURES / "gpt2-tiny"), corpus)
     words = [c.word for c in rank(counts, min_count=2)]
     assert {"REQ", "BAD", "INET", "ALERT", "DESCRIPTION"}.isdisjoint(words)
     assert {"Kubernetes", "REQUEST", "BADGE"} <= set(words)

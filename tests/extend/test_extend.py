@@ -17,17 +17,17 @@ from vocabsurgeon.add.plan import AddOptions, open_target
 from vocabsurgeon.checkpoint.reader import Checkpoint
 from vocabsurgeon.cli.commands import cli
 from vocabsurgeon.errors import InputError
-from vocabsurgeon.corpus import MAX_ITEM_CHARS, Reader
-from vocabsurgeon.extend.learn import KEEP_PIECE, count_words, words_of
+from vocabsurgeon.corpus import MAX_ITEM_CHARS, Reader, count_words, read_paragraphs, words_of
+from vocabsurgeon.extend.learn import KEEP_PIECE
 from vocabsurgeon.extend.pipeline import run_extend
-from vocabsurgeon.extend.plan import PACKAGED_CORPUS, ExtendOptions, paragraphs, plan_extend
+from vocabsurgeon.extend.plan import PACKAGED_CORPUS, ExtendOptions, plan_extend
 from vocabsurgeon.tokenizer.encoding import encode_ids, unpadded
 from vocabsurgeon.tokenizer.encoding import merge_parts
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = Path(__file__).parent / "new_language.txt"  # Russian and Japanese prose, written for these tests
-OLD = paragraphs(PACKAGED_CORPUS)  # English prose, dialogue, numbers and code
-TEXTS = paragraphs(CORPUS) + OLD + ["  two  spaces\n\n\tTabbed\r\n", "naïve Zoë 😀🎉", "Москва 日本語のテキスト"]
+OLD = read_paragraphs(PACKAGED_CORPUS)  # English prose, dialogue, numbers and code
+TEXTS = read_paragraphs(CORPUS) + OLD + ["  two  spaces\n\n\tTabbed\r\n", "naïve Zoë 😀🎉", "Москва 日本語のテキスト"]
 CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 # Each family `add` supports that extend extends (the refused ones: test_refused_families_say_why)
@@ -157,7 +157,7 @@ def test_keep_text_of_a_byte_level_bpe_with_ignore_merges_keeps_whole_words(tmp_
     result = _extend(src, tmp_path / "out", n=100, keep=keep)
     assert read_json(tmp_path / "out" / "tokenizer.json")["model"]["ignore_merges"] is True
     old, new = Tokenizer.from_file(str(src / "tokenizer.json")), Tokenizer.from_file(str(tmp_path / "out/tokenizer.json"))
-    texts = paragraphs(keep)
+    texts = read_paragraphs(keep)
     assert encode_ids(new, texts) == encode_ids(old, texts)
     assert result.plan.old_text[0].changed == 0
     assert len(encode_ids(new, [CORPUS.read_text(encoding="utf-8")])[0]) < \
@@ -167,7 +167,7 @@ def test_keep_text_of_a_byte_level_bpe_with_ignore_merges_keeps_whole_words(tmp_
 # --keep-text as a user passes it: the packaged English sample. Unseen English: fixtures/corpus_lotr.txt, whose words
 # the corpus below also holds, so that merges of English pieces are there to be learned
 KEEP_CHARS = sorted(set(OLD_TEXT := PACKAGED_CORPUS.read_text(encoding="utf-8")))
-LOTR = paragraphs(REPO / "fixtures" / "corpus_lotr.txt")
+LOTR = read_paragraphs(REPO / "fixtures" / "corpus_lotr.txt")
 # byte-level BPE with and without ignore_merges, SentencePiece BPE in its layouts (Llama 2's: no pre-tokenizer)
 KEEP_FAMILIES = [("byte-level", False), ("byte-level", True), ("byte-level-gpt2", False), ("sp-bpe", False),
                  ("sp-bpe-meta", False), ("metaspace-bpe", False)]
@@ -208,7 +208,7 @@ def test_keep_text_keeps_unseen_text_written_in_its_characters(kept, family, ign
     assert len(unseen) >= 15 and not any(p in OLD_TEXT for p in LOTR)
     assert encode_ids(new, unseen) == encode_ids(old, unseen)
     assert [(o.changed, o.inside_changed) for o in plan.old_text] == [(0, 0), (0, 0)]
-    language = paragraphs(CORPUS)
+    language = read_paragraphs(CORPUS)
     assert sum(map(len, encode_ids(new, language))) < 0.8 * sum(map(len, encode_ids(old, language)))
     assert plan.learned.refused  # English pairs of the corpus were refused
 
@@ -218,7 +218,7 @@ def test_keep_text_counts_the_blank_lines_between_its_paragraphs(tmp_path, famil
     """A keep file of one-line paragraphs: its newlines are characters of it too, so text with newlines keeps."""
     src = family_checkpoint(tmp_path / "ckpt", family)
     keep = tmp_path / "keep.txt"
-    keep.write_text("\n\n".join(" ".join(p.split()) for p in paragraphs(PACKAGED_CORPUS)), encoding="utf-8")
+    keep.write_text("\n\n".join(" ".join(p.split()) for p in read_paragraphs(PACKAGED_CORPUS)), encoding="utf-8")
     corpus = tmp_path / "corpus.txt"  # the new language, its lines broken as a text file breaks them
     corpus.write_text("\n".join(CORPUS.read_text(encoding="utf-8").split()), encoding="utf-8")
     plan = plan_extend(open_target(src), ExtendOptions(corpus, 100, keep))
@@ -353,7 +353,7 @@ def test_fitted_init_fits_the_contexts_the_merges_write_not_the_longest_match(tm
     def written(w: Window) -> list[int]:
         return [ids_of[x - far] if x >= far else x for x in w.new_ids(far)]
 
-    texts = paragraphs(CORPUS)
+    texts = read_paragraphs(CORPUS)
     old = encode_ids(plan.tokens.original, texts)
     new = encode_ids(unpadded(Tokenizer.from_str(json.dumps(plan.editor.edited(plan.tokens)))), texts)
     segmented = plan.fit_segment()(texts)

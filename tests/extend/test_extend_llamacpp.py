@@ -12,7 +12,8 @@ from tokenizers import decoders
 
 from vocabsurgeon.add.plan import AddOptions, open_target
 from vocabsurgeon.extend.pipeline import run_extend
-from vocabsurgeon.extend.plan import PACKAGED_CORPUS, ExtendOptions, paragraphs
+from vocabsurgeon.corpus import read_paragraphs
+from vocabsurgeon.extend.plan import PACKAGED_CORPUS, ExtendOptions
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 sys.path.insert(0, str(FIXTURES))
@@ -23,8 +24,8 @@ pytestmark = [pytest.mark.llamacpp, pytest.mark.slow, pytest.mark.skipif(bool(ll
                                                                      reason=llamacpp.missing())]
 
 CORPUS = Path(__file__).parent / "new_language.txt"  # Russian and Japanese prose
-NEW = paragraphs(CORPUS)
-OLD = paragraphs(PACKAGED_CORPUS)  # English prose, dialogue, numbers and code
+NEW = read_paragraphs(CORPUS)
+OLD = read_paragraphs(PACKAGED_CORPUS)  # English prose, dialogue, numbers and code
 
 
 @pytest.fixture(autouse=True)

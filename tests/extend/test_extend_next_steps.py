@@ -18,14 +18,15 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from vocabsurgeon.add.plan import AddOptions, open_target
 from vocabsurgeon.checkpoint.reader import Checkpoint
 from vocabsurgeon.extend.pipeline import run_extend
-from vocabsurgeon.extend.plan import PACKAGED_CORPUS, ExtendOptions, paragraphs
+from vocabsurgeon.corpus import read_paragraphs
+from vocabsurgeon.extend.plan import PACKAGED_CORPUS, ExtendOptions
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 CORPUS = Path(__file__).parent / "new_language.txt"  # Russian and Japanese prose, written for these tests
 ROWS_MULTIPLE = 64
-NEW = [p[:200] for p in paragraphs(CORPUS)[:6]]  # Russian and Japanese prose, the corpus extend learns from
-OLD = [p[:160] for p in paragraphs(PACKAGED_CORPUS)[:2]]  # English
+NEW = [p[:200] for p in read_paragraphs(CORPUS)[:6]]  # Russian and Japanese prose, the corpus extend learns from
+OLD = [p[:160] for p in read_paragraphs(PACKAGED_CORPUS)[:2]]  # English
 
 
 @pytest.fixture(scope="module")

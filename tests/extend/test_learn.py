@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from builders import family_checkpoint
 
-from vocabsurgeon.extend.learn import (CHAT_CHARS, CHAT_PAIR, CHAT_WORD, KEEP_CHARS, KEEP_PIECE, count_words,
-                                       learn_merges, word_split, words_of)
-from vocabsurgeon.extend.plan import PACKAGED_CORPUS, ExtendEditor, _mergeable, paragraphs, spelling
+from vocabsurgeon.corpus import count_words, read_paragraphs, words_of
+from vocabsurgeon.extend.learn import CHAT_CHARS, CHAT_PAIR, CHAT_WORD, KEEP_CHARS, KEEP_PIECE, learn_merges, word_split
+from vocabsurgeon.extend.plan import PACKAGED_CORPUS, ExtendEditor, _mergeable, spelling
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = Path(__file__).parent / "new_language.txt"
@@ -113,11 +113,11 @@ def test_the_learner_takes_the_merges_that_recounting_every_step_takes(tmp_path,
     corpus.write_text(CORPUS.read_text(encoding="utf-8") + "\n\n" + (REPO / "fixtures" / "corpus_lotr.txt").read_text(
         encoding="utf-8"), encoding="utf-8")
     words, _ = count_words(tok, corpus, split=split)
-    forbidden = words_of(tok, paragraphs(PACKAGED_CORPUS)[:6], split)  # as the chat template's words
+    forbidden = words_of(tok, read_paragraphs(PACKAGED_CORPUS)[:6], split)  # as the chat template's words
     vocab = {**editor.vocab, **{c: t["id"] for c, t in editor.added.items()}}
     args = dict(vocab=vocab, mergeable=_mergeable(editor), forbidden_words=forbidden, whole_words=ignore_merges,
                 new_chars=not byte_level)
-    keep = paragraphs(PACKAGED_CORPUS)[6:9]  # --keep-text: a piece made of these characters alone is refused
+    keep = read_paragraphs(PACKAGED_CORPUS)[6:9]  # --keep-text: a piece made of these characters alone is refused
     for kwargs, n in ((args, 250), ({**args, "keep_chars": spelling(tok, keep, split)}, 120)):
         got = learn_merges(tok, words, n, **kwargs)
         want = reference(tok, words, n, **kwargs)

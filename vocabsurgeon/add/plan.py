@@ -9,6 +9,7 @@ import os
 
 from ..checkpoint.architectures import check_text_ids, text_id_limit
 from ..checkpoint.filenames import STALE_SLOW_FILES, TOKENIZER_FILE
+from ..corpus import read_corpus
 from ..engine.target import AddOptions, Plan, Target, open_target, padding_multiple  # noqa: F401 (add's names)
 from ..errors import InputError
 from ..tokenizer.editor import TokenizerEditor
@@ -76,11 +77,9 @@ def plan_tokens(target: Target, tokens: list[str]) -> Plan:
 def _check_texts(options: AddOptions) -> list[str]:
     """The corpora whose words that hold a new word the plan checks (issue 39): the validation corpus and
     the fit corpus, as validation and the fit read them."""
-    from ..runtime import read_corpus
-
     texts = [read_corpus(options.check_corpus)[0]]
     if options.fit_corpus is not None:
-        texts.append(read_corpus(options.fit_corpus)[0])
+        texts.append(read_corpus(options.fit_corpus, "fit corpus", "--fit-corpus")[0])
     return texts
 
 

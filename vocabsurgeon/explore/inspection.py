@@ -27,8 +27,8 @@ from ..runtime import (
     load_tokenizer,
     loaded_model,
     model_kind,
-    read_corpus,
 )
+from ..corpus import read_corpus
 
 logger = logging.getLogger(__name__)
 

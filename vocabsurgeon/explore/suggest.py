@@ -21,7 +21,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from ..errors import InputError
-from ..corpus import DEFAULT_CHUNK_CHARS, MAX_ITEM_CHARS, Reader, batches, counting_tokenizer
+from ..corpus import DEFAULT_CHUNK_CHARS, Stream, counting_tokenizer
 from ..add.wordlist import MAX_TOKEN_CHARS
 
 logger = logging.getLogger(__name__)
@@ -190,9 +190,15 @@ def _words(text: str, enc, marker: str | None) -> Iterator[tuple[int, int, int]]
         start = i
 
 
-def count_words(tok: Tokenizer, corpus: str | os.PathLike, *, chunk_chars: int = DEFAULT_CHUNK_CHARS,
-                progress: Callable[[int], None] | None = None) -> CorpusCounts:
-    """Stream `corpus` through `tok` and count the multi-piece words (see the module docstring).
+def count_split_words(tok: Tokenizer, corpus: str | os.PathLike, *, chunk_chars: int = DEFAULT_CHUNK_CHARS,
+                      progress: Callable[[int], None] | None = None) -> CorpusCounts:
+    """Stream `corpus` through `tok` and count the words it splits into 2+ pieces, each with its piece count
+    (see the module docstring), and the corpus's tokens. Not `corpus.count_words`, which counts every
+    pre-token and encodes nothing: a word here is read from the encoding's offsets.
+
+        >>> c = count_split_words(counting_tokenizer("fixtures/gpt2-tiny"), "fixtures/corpus_lotr.txt")
+        >>> c.occurrences[" Frodo", 4] > 0
+        True
 
     Args:
         tok: the tokenizer, from `counting_tokenizer` (padding and truncation off).
@@ -203,19 +209,13 @@ def count_words(tok: Tokenizer, corpus: str | os.PathLike, *, chunk_chars: int =
     Raises:
         InputError: the corpus cannot be read, is not UTF-8, or is empty.
     """
-    path = Path(corpus)
-    if path.is_dir():
-        raise InputError(f"{path}: is a directory; pass a UTF-8 text file as --corpus")
-    if chunk_chars < 1:
-        raise InputError(f"chunk size must be positive, got {chunk_chars}")
+    stream = Stream(corpus, chunk_chars, progress)
     marker = word_start_marker(tok)
-    reader = Reader(path, min(chunk_chars, MAX_ITEM_CHARS))
     occurrences: Counter = Counter()
     spread: Counter = Counter()
     identifiers: Counter = Counter()
     tokens = 0
-    reported = 0
-    for batch in batches(reader, chunk_chars):
+    for batch in stream:
         for text, enc in zip(batch, tok.encode_batch(batch, add_special_tokens=False)):
             tokens += len(enc.ids)
             here: Counter = Counter()
@@ -228,14 +228,7 @@ def count_words(tok: Tokenizer, corpus: str | os.PathLike, *, chunk_chars: int =
             occurrences.update(here)
             spread.update({k: min(v, PER_PARAGRAPH) for k, v in here.items()})
             identifiers.update(IDENTIFIER.findall(text))
-        if progress:
-            progress(reader.pos - reported)
-            reported = reader.pos
-    if progress and reader.pos > reported:
-        progress(reader.pos - reported)
-    if reader.bytes == 0:
-        raise InputError(f"{path}: the corpus is empty; pass a UTF-8 text file with the domain's text")
-    return CorpusCounts(path, reader.bytes, tokens, occurrences, spread, identifiers)
+    return CorpusCounts(stream.path, stream.bytes, tokens, occurrences, spread, identifiers)
 
 
 def _proposable(word: str) -> bool:
@@ -370,7 +363,7 @@ def suggest_tokens(ckpt: str | os.PathLike, corpus: str | os.PathLike, *, top: i
     target = open_target(ckpt, AddOptions(embedding_key=embedding_key, lm_head_key=lm_head_key), revision=revision,
                          token=token)
     tok = counting_tokenizer(target.ckpt.path)
-    counts = count_words(tok, corpus, chunk_chars=chunk_chars, progress=progress)
+    counts = count_split_words(tok, corpus, chunk_chars=chunk_chars, progress=progress)
     ranked = rank(counts, tok, min_count=min_count)
     logger.info("%d candidate words save a token and occur at least %d times", len(ranked), min_count)
     words, skipped = choose(target, ranked, top)

@@ -1,5 +1,5 @@
-"""Continuing a BPE tokenizer's training: the corpus's pre-tokenized words counted once, then merges learned
-after the existing ones by the standard trainer's algorithm.
+"""Continuing a BPE tokenizer's training: the corpus's pre-tokenized words counted once (`corpus.count_words`),
+then merges learned after the existing ones by the standard trainer's algorithm.
 
 Each distinct word (a pre-token of the tokenizer's own normalizer and pre-tokenizer, in the model's spelling:
 "Ġслово", "▁слово") is counted once and split by the existing model into its pieces: the pieces every old merge
@@ -33,40 +33,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from tokenizers import Tokenizer
 
-from ..corpus import DEFAULT_CHUNK_CHARS, MAX_ITEM_CHARS, Reader, batches
 from ..errors import InputError
 
 logger = logging.getLogger(__name__)
 
-_WORD = re.compile(r"(?<=\S)(?= )")  # before a space that follows a word: "a  b" is "a", "  b"
-MAX_CHUNKS = 1 << 20  # distinct space-cut chunks held before they are pre-tokenized: bounds memory
 BYTE_PIECE = re.compile(r"<0x[0-9A-Fa-f]{2}>")  # byte-fallback pieces: not text, never merged
-
-
-def pre_tokens(tok: Tokenizer, split: re.Pattern | None = None) -> Callable[[str], list[str]]:
-    """A text -> its pre-tokens in the model's spelling: the tokenizer's normalizer, then its pre-tokenizer,
-    exactly as `encode` runs them before the model (added tokens are not split out first); with `split`, each
-    pre-token is cut further there (`word_split`)."""
-    norm = tok.normalizer.normalize_str if tok.normalizer is not None else None
-    pre = tok.pre_tokenizer.pre_tokenize_str if tok.pre_tokenizer is not None else None
-    cut = split.split if split is not None else None
-
-    def run(text: str) -> list[str]:
-        if norm is not None:
-            text = norm(text)
-        words = [text] if pre is None else [p for p, _ in pre(text)]
-        return words if cut is None else [w for p in words for w in cut(p) if w]
-
-    return run
-
-
-def words_of(tok: Tokenizer, texts: Iterable[str], split: re.Pattern | None = None) -> Counter:
-    """The pre-tokens of `texts` (`pre_tokens`), counted, in the order they first occur."""
-    run = pre_tokens(tok, split)
-    out: Counter = Counter()
-    for text in texts:
-        out.update(run(text))
-    return out
 
 
 _BEFORE_SPACE = re.compile("(?<=[^▁])(?=▁)")  # before a run of "▁" that follows other text
@@ -79,68 +50,6 @@ def word_split(vocab: Iterable[str]) -> re.Pattern | None:
     encoding only where no piece spans such a place (none has "▁" after another character), which holds for
     the new pieces too since they are learned inside words; None where an old piece does (then whole texts)."""
     return None if any(_ACROSS_SPACE.search(p) for p in vocab) else _BEFORE_SPACE
-
-
-def count_words(tok: Tokenizer, corpus, *, chunk_chars: int = DEFAULT_CHUNK_CHARS, split: re.Pattern | None = None,
-                progress: Callable[[int], None] | None = None) -> tuple[Counter, int]:
-    """(pre-token -> count, UTF-8 bytes read) of a corpus file, streamed.
-
-    Most text is few distinct words used many times: each paragraph is cut before every space that follows
-    a word, the distinct chunks counted, and each chunk pre-tokenized once. That is exact only where the
-    pipeline gives a chunk the same pre-tokens alone as in its text (byte-level regexes do; a Metaspace that
-    prepends to the first piece only does not): the first batch is counted both ways, and chunks are used
-    only where they agree; otherwise every paragraph is pre-tokenized whole.
-
-    Raises:
-        InputError: the corpus cannot be read, is not UTF-8, or is empty.
-    """
-    from pathlib import Path
-
-    path = Path(corpus)
-    if path.is_dir():
-        raise InputError(f"{path}: is a directory; pass a UTF-8 text file as --corpus")
-    reader = Reader(path, min(chunk_chars, MAX_ITEM_CHARS))
-    run = pre_tokens(tok, split)
-    cut = _WORD.split
-    words: Counter = Counter()
-    chunks: Counter = Counter()
-    by_chunk = None
-    reported = 0
-
-    def add(counts: Counter, into: Counter) -> Counter:
-        """Each distinct chunk pre-tokenized once (the Rust pre-tokenizer is the cost), its words weighted."""
-        get = into.get
-        if tok.normalizer is None and tok.pre_tokenizer is not None and split is None:  # byte-level: no wrapper
-            pre = tok.pre_tokenizer.pre_tokenize_str
-            for chunk, n in counts.items():
-                for w, _ in pre(chunk):
-                    into[w] = get(w, 0) + n
-            return into
-        for chunk, n in counts.items():
-            for w in run(chunk):
-                into[w] = get(w, 0) + n
-        return into
-
-    for batch in batches(reader, chunk_chars):
-        if by_chunk is None:
-            words = words_of(tok, batch, split)
-            by_chunk = add(Counter([c for text in batch for c in cut(text)]), Counter()) == words
-            logger.info("counting words %s", "by distinct space-cut chunk" if by_chunk else "paragraph by paragraph")
-        elif by_chunk:
-            chunks.update([c for text in batch for c in cut(text)])
-            if len(chunks) > MAX_CHUNKS:
-                add(chunks, words)
-                chunks.clear()
-        else:
-            for text in batch:
-                words.update(run(text))
-        if progress:
-            progress(reader.pos - reported)
-            reported = reader.pos
-    add(chunks, words)
-    if reader.bytes == 0:
-        raise InputError(f"{path}: the corpus is empty; pass a UTF-8 text file in the new language or domain")
-    return words, reader.bytes
 
 
 @dataclass

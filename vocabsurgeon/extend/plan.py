@@ -20,6 +20,7 @@ from tokenizers import Tokenizer
 
 from ..engine.target import Plan, Target, padding_multiple
 from ..checkpoint.architectures import check_text_ids
+from ..corpus import PACKAGED_CORPUS, count_words, pre_tokens, read_lines, read_paragraphs, words_of
 from ..checkpoint.filenames import STALE_SLOW_FILES, TOKENIZER_FILE
 from ..errors import InputError, VocabSurgeonError
 from ..tokenizer.chats import chat_samples
@@ -28,12 +29,12 @@ from ..tokenizer.editor import BYTE_LEVEL_UNDER_LLAMA, NewToken, TokenizerEditor
 from ..tokenizer.encoding import encode_ids, merge_parts, unpadded
 from ..tokenizer.families import ByteLevelBPE, MetaspaceBPE, SentencePieceBPE
 from . import DEFAULT_MIN_COUNT
-from .learn import BYTE_PIECE, Learned, count_words, learn_merges, pre_tokens, word_split, words_of
+from .learn import BYTE_PIECE, Learned, learn_merges, word_split
 
 logger = logging.getLogger(__name__)
 
 MAX_NEW_TOKENS = 1 << 20
-PACKAGED_CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus.txt"
+KEEP_TEXT = ("keep text", "--keep-text")  # how errors reading it name the file and its flag
 _WHY_NOT = {
     "Unigram": "a Unigram model has no merges to continue: its pieces compete by probability over the whole text, "
                "so a new piece changes how old text splits wherever it could occur; retrain or use `add` for whole "
@@ -184,21 +185,6 @@ class ExtendPlan(Plan):
         return "\n".join(lines)
 
 
-def paragraphs(path: str | os.PathLike) -> list[str]:
-    """The paragraphs (blank-line separated) of a small UTF-8 file, or its lines when it has no blank lines."""
-    try:
-        text = Path(path).read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: cannot read it as UTF-8 text ({e}); pass a UTF-8 text file") from None
-    parts = [p for p in text.split("\n\n") if p.strip()]
-    return parts if len(parts) > 1 else [p for p in text.splitlines() if p.strip()]
-
-
-def lines(path: str | os.PathLike) -> list[str]:
-    """The lines of a UTF-8 file with their ends: every character of it, the blank lines between paragraphs too."""
-    return Path(path).read_text(encoding="utf-8-sig").splitlines(keepends=True)
-
-
 def _mergeable(editor: TokenizerEditor):
     """Whether a piece may be merged: not a byte-fallback piece, an added or special token, or the unknown piece."""
     unk = editor.model.get("unk_token")
@@ -240,16 +226,16 @@ def plan_extend(target: Target, options: ExtendOptions, progress=None) -> Extend
     tok = editor.tok
     byte_level = family == ByteLevelBPE.name
     split = None if byte_level else word_split(editor.vocab)
-    words, n_bytes = count_words(tok, options.corpus, split=split, progress=progress)
+    words, n_bytes = count_words(tok, options.corpus, split=split, progress=progress, need="in the new language or domain")
     chats = chat_samples(editor.dir, editor.config, editor.as_loaded)
-    keep = paragraphs(options.keep_text) if options.keep_text else []
+    keep = read_paragraphs(options.keep_text, *KEEP_TEXT) if options.keep_text else []
     # llama.cpp's converter recognises a byte-level BPE by its ids on one text: a merge that changed them would make
     # the output refuse to convert to GGUF (tokenizer/gguf_check.py)
     checked = [CHECK_TEXT] if family in HASHED_FAMILIES else []
     forbidden = words_of(tok, [*chats, *checked], split)
     # --keep-text by its characters, not its pairs: every new piece holds a character (byte) the file lacks, so any
     # text spelled in the file's characters alone keeps its tokens, not only the file (learn.py)
-    keep_chars = spelling(tok, lines(options.keep_text), split) if keep else None  # the file's, newlines too
+    keep_chars = spelling(tok, read_lines(options.keep_text, *KEEP_TEXT), split) if keep else None  # newlines too
     vocab = {**editor.vocab, **{c: t["id"] for c, t in editor.added.items()}}
     learned = learn_merges(tok, words, options.new_tokens, vocab=vocab, mergeable=_mergeable(editor),
                            forbidden_words=forbidden, keep_chars=keep_chars,
@@ -295,7 +281,7 @@ def plan_extend(target: Target, options: ExtendOptions, progress=None) -> Extend
                       learned=learned, extend=options, corpus_bytes=n_bytes, keep_chars=keep_chars, split=split)
     edited = editor.edited_tokenizer(tplan)
     samples = [(str(options.keep_text), keep)] if keep else []
-    samples.append(("(packaged sample)", paragraphs(PACKAGED_CORPUS)))
+    samples.append(("(packaged sample)", read_paragraphs(PACKAGED_CORPUS)))
     for source, texts in samples:
         plan.old_text.append(old_text_changes(tok, edited, source, texts, keep_chars, split))
     for o in plan.old_text:
@@ -359,8 +345,8 @@ def verify_extended(out_dir: Path, plan: ExtendPlan) -> None:
             raise VocabSurgeonError(f"internal: piece {t.piece!r} reloads as id {tok.token_to_id(t.piece)}, "
                                     f"not its row {t.id}; nothing was published")
     original = plan.tokens.original
-    texts = paragraphs(PACKAGED_CORPUS)
-    keep = paragraphs(plan.extend.keep_text) if plan.extend.keep_text else []
+    texts = read_paragraphs(PACKAGED_CORPUS)
+    keep = read_paragraphs(plan.extend.keep_text, *KEEP_TEXT) if plan.extend.keep_text else []
     for text, a, b in zip(texts + keep, encode_ids(original, texts + keep), encode_ids(tok, texts + keep)):
         # where the original decodes the text faithfully (not an unknown piece): so must the edit
         if tok.decode(b) != original.decode(a) and original.decode(a) == text:

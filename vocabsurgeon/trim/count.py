@@ -15,7 +15,6 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,14 +24,13 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from ..errors import InputError
-from ..corpus import DEFAULT_CHUNK_CHARS, MAX_ITEM_CHARS, Reader, batches
+from ..corpus import DEFAULT_CHUNK_CHARS, Stream, space_chunks
 from ..tokenizer.encoding import encode_batch
 
 logger = logging.getLogger(__name__)
 
 MAX_WORDS = 1 << 20  # distinct words held before they are encoded and counted: bounds memory on a large corpus
 ENCODE_WORDS = 1 << 15  # words encoded at a time: an Encoding holds offsets and strings besides its ids
-_WORD = re.compile(r"(?<=\S)(?= )")  # before a space that follows a word: "a  b" is "a", "  b"
 
 
 @dataclass(frozen=True)
@@ -60,47 +58,39 @@ def count_tokens(tok: Tokenizer, corpus: str | os.PathLike, size: int, *, chunk_
     Raises:
         InputError: the corpus cannot be read, is not UTF-8, is empty, or tokenizes to nothing.
     """
-    path = Path(corpus)
-    if path.is_dir():
-        raise InputError(f"{path}: is a directory; pass a UTF-8 text file as --corpus")
-    reader = Reader(path, min(chunk_chars, MAX_ITEM_CHARS))
+    stream = Stream(corpus, chunk_chars, progress)
     counts = np.zeros(size, dtype=np.int64)
-    encode, reported = encode_batch(tok), 0
+    encode = encode_batch(tok)
     words: Counter[str] = Counter()
     split = None  # how a piece becomes words, once the first batch has shown which way is exact
-    for batch in batches(reader, chunk_chars):
+    for batch in stream:
         if split is None:
             whole = _count_ids(encode, batch, size)
             split = next((f for f in (_space_led, _bare) if np.array_equal(
-                _count_words(encode, Counter(w for text in batch for w in f(text)), size), whole)), False)
+                _count_word_ids(encode, Counter(w for text in batch for w in f(text)), size), whole)), False)
             counts += whole
             logger.info("counting %s", f"each distinct word once ({split.__name__[1:]})" if split else "every piece whole")
         elif split:
             words.update(w for text in batch for w in split(text))
             if len(words) > MAX_WORDS:
-                counts += _count_words(encode, words, size)
+                counts += _count_word_ids(encode, words, size)
                 words.clear()
         else:
             counts += _count_ids(encode, batch, size)
-        if progress:
-            progress(reader.pos - reported)
-            reported = reader.pos
     if words:
-        counts += _count_words(encode, words, size)
-    if reader.bytes == 0:
-        raise InputError(f"{path}: the corpus is empty; pass a UTF-8 text file with the domain's text to --corpus")
+        counts += _count_word_ids(encode, words, size)
     if not counts.any():
-        raise InputError(f"{path}: the corpus tokenizes to no token at all; pass a file with the domain's text "
+        raise InputError(f"{stream.path}: the corpus tokenizes to no token at all; pass a file with the domain's text "
                          "to --corpus")
-    return TokenCounts(path, reader.bytes, counts)
+    return TokenCounts(stream.path, stream.bytes, counts)
 
 
 def _space_led(text: str) -> list[str]:
-    return _WORD.split(text)
+    return space_chunks(text)
 
 
 def _bare(text: str) -> list[str]:
-    first, *rest = _WORD.split(text)  # every part but the first starts with the space it was cut before
+    first, *rest = space_chunks(text)  # every part but the first starts with the space it was cut before
     return [first, *(w[1:] for w in rest)]
 
 
@@ -110,7 +100,7 @@ def _count_ids(encode, texts: list[str], size: int) -> np.ndarray:
     return np.bincount(ids, minlength=size)[:size]
 
 
-def _count_words(encode, words: Counter, size: int) -> np.ndarray:
+def _count_word_ids(encode, words: Counter, size: int) -> np.ndarray:
     """(size,) counts of the ids of `words`, each distinct word encoded once and weighted by its count."""
     keys = [w for w in words if w]
     total = np.zeros(size, dtype=np.float64)  # exact below 2**53

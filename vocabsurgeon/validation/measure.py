@@ -20,7 +20,7 @@ from ..errors import InputError
 from .checks import GreedyChatCheck, SamplingCheck, UsabilityCheck
 from ..progress import Progress
 from ..kl import kl_per_position
-from ..runtime import paragraphs
+from ..corpus import paragraphs
 from ..runtime import (
     LoadedModel,
     ModelKind,

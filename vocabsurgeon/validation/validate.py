@@ -38,14 +38,13 @@ from ..progress import Progress
 from .measure import Inputs, Measured, NewIds, greedy_check, run_models, usability_check, usability_texts
 from .report import Report
 from ..devices import check_device, check_dtype
-from ..runtime import paragraphs as corpus_paragraphs
+from ..corpus import paragraphs as corpus_paragraphs, read_corpus
 from ..runtime import (
     without_padding,
     ModelKind,
     encode,
     load_tokenizer,
     model_kind,
-    read_corpus,
 )
 from ..tokenizer import contexts, resplit
 from ..tokenizer.chats import render_chats

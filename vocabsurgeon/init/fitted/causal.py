@@ -41,8 +41,8 @@ from .common import (  # noqa: F401  (FitResult, Run, find_runs: the fitting API
     subword_mean,
 )
 from ...kl import kl_added_mass, kl_bound, kl_figures, meets_limits
-from ...runtime import (LoadedModel, ModelKind, context_length, encode, load_tokenizer, loaded_model, paragraphs,
-                       read_corpus)
+from ...corpus import paragraphs, read_corpus
+from ...runtime import LoadedModel, ModelKind, context_length, encode, load_tokenizer, loaded_model
 from .distill import distill_input_rows
 from .layer_tap import layers_for
 from ...tokenizer.chats import chat_samples

@@ -17,7 +17,7 @@ import numpy as np
 
 from ...progress import Steps
 from ..strategies import pieces_mean
-from ...runtime import read_text_file
+from ...corpus import read_text
 
 logger = logging.getLogger(__name__)
 
@@ -295,7 +295,7 @@ def read_fit_corpus(path: str) -> tuple[str, str]:
     Raises:
         InputError: the file cannot be read or is not UTF-8.
     """
-    return read_text_file(path, "fit corpus", "--fit-corpus")
+    return read_text(path, "fit corpus", "--fit-corpus")
 
 
 def adam_passes(start, scale: float, usable: list[int], batch_loss, steps: int | None, batch: int, lr: float,

@@ -36,7 +36,8 @@ from .common import (
     subword_mean,
 )
 from .mlm import fit_head
-from ...runtime import ModelKind, context_length, encode, load_tokenizer, loaded_model, paragraphs, special_ends
+from ...corpus import paragraphs
+from ...runtime import ModelKind, context_length, encode, load_tokenizer, loaded_model, special_ends
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,8 @@ from .common import (ENCODER_WINDOW, FIT_KL_P99, FitOptions, FitResult, FitToken
 from ...kl import kl_added_mass, kl_bound, kl_figures, meets_limits
 from .newlogit import added_mass, chunk_rows, word_evidence
 from ...progress import Steps
-from ...runtime import encode, paragraphs, read_corpus, special_ends
+from ...corpus import paragraphs, read_corpus
+from ...runtime import encode, special_ends
 
 logger = logging.getLogger(__name__)
 
