@@ -1,10 +1,10 @@
 """Which class transformers loads a checkpoint's tokenizer with, and what that class sets by default.
 
-Pure functions over an opened tokenizer (`opened.OpenedTokenizer`, which holds their answers, asked once):
-the class forced on the model type (`forced_class`), a LlamaTokenizer over a byte-level file
-(`llama_class_over_byte_level`), whether the loaded class tokenizes old text otherwise than the file
-(`loads_otherwise`), the tokenizer as AutoTokenizer loads it (`as_loaded`) and the defaults a replaced class
-took with it (`class_defaults`, `class_note`).
+Pure functions over an opened tokenizer (`opened`, an `opened.OpenedTokenizer`, which holds their answers, each
+asked once; not imported here, since it imports this room): the class forced on the model type
+(`forced_class`), a LlamaTokenizer over a byte-level file (`llama_class_over_byte_level`), whether the loaded
+class tokenizes old text otherwise than the file (`loads_otherwise`), the tokenizer as AutoTokenizer loads it
+(`as_loaded`) and the defaults a replaced class took with it (`class_defaults`, `class_note`).
 """
 
 from __future__ import annotations
@@ -15,15 +15,11 @@ import importlib.util
 import json
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer
 
 from .encoding import encode_ids, unpadded
 from .families.sentencepiece_bpe import PIPELINE
-
-if TYPE_CHECKING:
-    from .opened import OpenedTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +97,7 @@ def _types_with_incorrect_hub_class() -> frozenset[str] | set:
 
 
 
-def forced_class(opened: OpenedTokenizer) -> str | None:
+def forced_class(opened) -> str | None:
     """The tokenizer class transformers loads this checkpoint with whatever tokenizer_class says, or None.
 
     transformers 5 lists model types whose Hub tokenizer_config.json names a wrong class
@@ -124,7 +120,7 @@ def forced_class(opened: OpenedTokenizer) -> str | None:
     return None
 
 
-def llama_class_over_byte_level(opened: OpenedTokenizer) -> str | None:
+def llama_class_over_byte_level(opened) -> str | None:
     """The class tokenizer_config.json names where it is LlamaTokenizer(Fast) over a byte-level tokenizer.json
     (DeepSeek V3's layout), else None.
 
@@ -148,7 +144,7 @@ def llama_class_over_byte_level(opened: OpenedTokenizer) -> str | None:
     return None
 
 
-def loads_otherwise(opened: OpenedTokenizer) -> tuple[str, str] | None:
+def loads_otherwise(opened) -> tuple[str, str] | None:
     """Where transformers loads the input with a class that rebuilds the tokenizer (tokenizer_class, or
     `forced_class`) and the rebuilt one tokenizes old text otherwise than tokenizer.json as written does:
     (the class, a text whose ids differ), else None.
@@ -168,7 +164,7 @@ def loads_otherwise(opened: OpenedTokenizer) -> tuple[str, str] | None:
     return None
 
 
-def as_loaded(opened: OpenedTokenizer):
+def as_loaded(opened):
     """The original as `AutoTokenizer` loads it, or None when transformers cannot load it."""
     try:
         from transformers import AutoTokenizer, PreTrainedTokenizerFast
@@ -194,14 +190,14 @@ def built_pipeline(loaded: Tokenizer | None) -> dict | None:
     return {k: data.get(k) for k in PIPELINE}
 
 
-def input_class_defaults(opened: OpenedTokenizer) -> dict:
+def input_class_defaults(opened) -> dict:
     """`class_defaults` of the input: what the tokenizer AutoTokenizer loads sets that tokenizer_config.json
     does not (the class named there where transformers cannot load it)."""
     cfg = opened.config or {}
     return class_defaults(cfg.get("tokenizer_class"), cfg, opened.as_loaded())
 
 
-def class_note(opened: OpenedTokenizer, why: str) -> str:
+def class_note(opened, why: str) -> str:
     """The note of a plan whose tokenizer_config.json gets tokenizer_class PreTrainedTokenizerFast, for reason `why`."""
     kept = "".join(f", {k} {f'({len(v)} tokens)' if isinstance(v, list) else repr(v)} kept"
                    for k, v in input_class_defaults(opened).items())
