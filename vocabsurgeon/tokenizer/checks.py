@@ -256,7 +256,7 @@ def verify_tokenizer(out_dir: Path, plan: TokenizerPlan) -> None:
                     f"token {t.content!r}: the reloaded tokenizer gives id {tok.token_to_id(t.content)}, but it was "
                     f"{i} before; this is a bug, please report it"
                 )
-    # Group by word once (a scan of plan.new per word is quadratic: hours for 50,000 words), and
+    # Group by word once (a scan of plan.new per word is quadratic), and
     # encode and decode in batches (one call into Rust per check instead of one per word).
     by_word: dict[str, list[NewToken]] = {}
     for t in plan.new:

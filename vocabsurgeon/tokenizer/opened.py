@@ -213,7 +213,6 @@ class OpenedTokenizer:
             self._round_trips.update(zip(todo, self.tok.decode_batch(encode_ids(self.tok, todo))))
         return [self._round_trips[t] for t in texts]
 
-
     @functools.cached_property  # a scan of the vocabulary that only drafting needs
     def splits_numbers(self) -> bool:
         """Whether the pre-tokenizer cuts numbers into single digits or groups (Llama 3: up to three,
@@ -221,8 +220,8 @@ class OpenedTokenizer:
         multi = re.compile(r"[▁Ġ]?[0-9]{2,}")  # Llama 2 splits them by its vocabulary: no piece of 2+ digits
         return len(self.pretokenize("1234567")) > 1 or not any(multi.fullmatch(p) for p in self.vocab)
 
-    # What transformers makes of the input (loading.py), each asked once: the answers import transformers, which
-    # costs seconds that a plain add never spends.
+    # What transformers makes of the input (loading.py): cached properties, since each answer imports transformers
+    # or loads the tokenizer with it, which a plain add never needs.
 
     @functools.cached_property
     def model_config(self) -> dict:
