@@ -27,7 +27,7 @@ from tokenizers import Tokenizer
 
 from .checkpoint.filenames import TOKENIZER_FILE
 from .errors import InputError
-from .tokenizer.editor import convert_slow_tokenizer
+from .tokenizer.opened import convert_slow_tokenizer
 from .tokenizer.encoding import unpadded
 
 logger = logging.getLogger(__name__)

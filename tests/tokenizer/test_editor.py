@@ -33,7 +33,8 @@ from conftest import FIXTURES
 from vocabsurgeon.cli.commands import cli
 from vocabsurgeon.errors import InputError
 from vocabsurgeon.tokenizer.families.pieces import byte_level, parts_of
-from vocabsurgeon.tokenizer.editor import GAP_PIECE, TokenizerEditor, verify_tokenizer
+from vocabsurgeon.tokenizer.drafting import GAP_PIECE
+from vocabsurgeon.tokenizer.editor import TokenizerEditor, verify_tokenizer
 
 WORDS = ["mithril", "Frodo", "Lothlorien", "Éowyn"]
 NEW_TEXTS = [
@@ -753,7 +754,7 @@ def _mistral_layout(slow_only, dest: Path) -> Path:
 def converts_as_sentencepiece(src: Path) -> bool:
     """Whether AutoTokenizer of the installed transformers gives a tokenizer.model alone SentencePiece's own ids
     (5.24 does; 5.17 to 5.23 drop the leading "▁" and order the merges otherwise)."""
-    from vocabsurgeon.tokenizer.editor import PROBES
+    from vocabsurgeon.tokenizer.loading import PROBES
 
     sp, tok = spm.SentencePieceProcessor(model_file=str(src / "tokenizer.model")), AutoTokenizer.from_pretrained(src)
     return all(tok(t, add_special_tokens=False).input_ids == sp.encode(t) for t in PROBES)

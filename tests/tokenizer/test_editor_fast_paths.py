@@ -9,8 +9,9 @@ import json
 import pytest
 
 from vocabsurgeon.add.plan import AddOptions, open_target, plan_tokens
-from vocabsurgeon.tokenizer import contexts, editor as editor_module
-from vocabsurgeon.tokenizer.editor import TokenizerEditor, decode_mismatch, may_mismatch
+from vocabsurgeon.tokenizer import checks, contexts
+from vocabsurgeon.tokenizer.checks import decode_mismatch, may_mismatch
+from vocabsurgeon.tokenizer.editor import TokenizerEditor
 from vocabsurgeon.tokenizer.families.byte_level_bpe import WholePreTokens
 
 from builders import family_checkpoint
@@ -31,7 +32,7 @@ def test_a_decoding_can_fail_only_where_may_mismatch_says_so():
 
 def _by_definition(ed: TokenizerEditor, texts: dict[int, str], gots: dict[int, str]) -> dict:
     """The decode check with the original's round trip of every text (as before the shortcut)."""
-    wants = ed._decoded(list(texts.values()))
+    wants = ed.decoded(list(texts.values()))
     return {j: (want, gots[j]) for (j, text), want in zip(texts.items(), wants)
             if gots[j] != want and want in (text, ed.normalize(text))}
 
@@ -48,12 +49,12 @@ def test_decode_mismatches_are_those_of_the_definition(name, published, tmp_path
     ed = TokenizerEditor(src)
     cases = [c for c in contexts.cases(WORDS) if c.context.decode]
     texts = {j: c.text for j, c in enumerate(cases)}
-    wants = dict(zip(texts, ed._decoded(list(texts.values()))))
+    wants = dict(zip(texts, ed.decoded(list(texts.values()))))
     found = 0
     for k, variant in enumerate([lambda t, j: t, lambda t, j: wants[j], lambda t, j: ed.normalize(t),
                                  lambda t, j: t + " ", lambda t, j: t.replace(t[:1], "\ufffd", 1)]):
         gots = {j: variant(t, j) for j, t in texts.items()}
-        fast = ed._decode_mismatches(texts, gots)
+        fast = checks.decode_mismatches(ed, texts, gots)
         assert fast == _by_definition(ed, texts, gots), k
         found += len(fast)
     assert found  # the changed decodings are caught
@@ -64,7 +65,7 @@ def test_a_plan_is_the_same_as_with_every_round_trip_computed(name, published, m
     words = WORDS + ["(striped", "x2", "unread"]
     target = open_target(published(name), AddOptions())
     fast = plan_tokens(target, words).to_dict()
-    monkeypatch.setattr(editor_module, "may_mismatch", lambda text, normalized, got: True)
+    monkeypatch.setattr(checks, "may_mismatch", lambda text, normalized, got: True)
     assert plan_tokens(target, words).to_dict() == fast
 
 

@@ -25,13 +25,10 @@ from transformers import AutoTokenizer
 
 from vocabsurgeon.cli.commands import cli
 from vocabsurgeon.tokenizer.contexts import CONTEXTS as CONTEXT_TABLE
-from vocabsurgeon.tokenizer.editor import (
-    TokenizerEditor,
-    chat_samples,
-    detect_family,
-    unpadded,
-    verify_tokenizer,
-)
+from vocabsurgeon.tokenizer.chats import chat_samples
+from vocabsurgeon.tokenizer.editor import TokenizerEditor, verify_tokenizer
+from vocabsurgeon.tokenizer.encoding import unpadded
+from vocabsurgeon.tokenizer.families import detect_family
 
 CHATML = ("{% if messages[0]['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
           "{% endif %}{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

@@ -1,6 +1,6 @@
 """What the editor reads of transformers without importing it equals what transformers itself holds."""
 
-from vocabsurgeon.tokenizer.editor import _types_with_incorrect_hub_class
+from vocabsurgeon.tokenizer.loading import _types_with_incorrect_hub_class
 
 
 def test_incorrect_hub_class_types_read_from_source_equal_the_imported_list():

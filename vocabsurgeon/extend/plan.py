@@ -25,7 +25,9 @@ from ..checkpoint.filenames import STALE_SLOW_FILES, TOKENIZER_FILE
 from ..errors import InputError, VocabSurgeonError
 from ..tokenizer.chats import chat_samples
 from ..tokenizer.gguf_check import CHECK_TEXT, HASHED_FAMILIES
+from ..tokenizer import writing
 from ..tokenizer.editor import BYTE_LEVEL_UNDER_LLAMA, NewToken, TokenizerEditor, TokenizerPlan
+from ..tokenizer.opened import OpenedTokenizer
 from ..tokenizer.encoding import encode_ids, merge_parts, unpadded
 from ..tokenizer.families import ByteLevelBPE, MetaspaceBPE, SentencePieceBPE
 from . import DEFAULT_MIN_COUNT
@@ -64,8 +66,9 @@ class ExtendOptions:
         return self
 
 
-class ExtendEditor(TokenizerEditor):
-    """`add`'s tokenizer editor whose new entries carry their learned merge (`merges`, in the order learned)."""
+class ExtendEditor(OpenedTokenizer):
+    """An opened tokenizer whose edit is add's (`writing`) with each new entry carrying its learned merge
+    (`merges`, in the order learned)."""
 
     merges: dict[str, tuple[str, str]]
     chars: set[str]
@@ -77,19 +80,26 @@ class ExtendEditor(TokenizerEditor):
 
     def edited(self, plan: TokenizerPlan) -> dict:
         # add's edit puts each entry in the vocabulary; the merges are appended here, in the order learned
-        data = super().edited(replace(plan, new=[replace(t, mechanism="vocab") for t in plan.new]))
-        model = data["model"]
-        merges = list(model.get("merges") or [])
-        as_text = bool(merges) and isinstance(merges[0], str)  # "a b" (older files) or ["a", "b"]
+        data = writing.edited(self, replace(plan, new=[replace(t, mechanism="vocab") for t in plan.new]))
+        pairs = []
         for t in sorted(plan.new, key=lambda t: t.id):
             if t.piece in self.chars:  # a character the vocabulary lacked: an entry, no merge
                 continue
             pair = self.merges.get(t.piece)
             if pair is None or "".join(pair) != t.piece:
                 raise VocabSurgeonError(f"internal: piece {t.piece!r} has no learned merge; nothing was written")
-            merges.append(" ".join(pair) if as_text else list(pair))
-        model["merges"] = merges
+            pairs.append(pair)
+        writing.append_merges(data["model"], pairs)
         return data
+
+    def edited_tokenizer(self, plan: TokenizerPlan) -> Tokenizer:
+        return writing.tokenizer_of(self, self.edited(plan))
+
+    def slow_model(self, plan: TokenizerPlan) -> tuple[str, bytes] | None:
+        return writing.slow_model(self, plan)
+
+    def write(self, plan: TokenizerPlan, out_dir: Path) -> list[str]:
+        return writing.write(self, plan, out_dir, self.edited(plan))
 
 
 @dataclass

@@ -41,7 +41,7 @@ from ..validation.report import Report
 from ..errors import InputError, VocabSurgeonError
 from ..corpus import counting_tokenizer
 from ..tokenizer.chats import CHATS, chat_template
-from ..tokenizer.editor import convert_slow_tokenizer
+from ..tokenizer.opened import convert_slow_tokenizer
 from ..tokenizer.encoding import encode_ids
 from ..tokenizer.families import detect_family
 from .count import TokenCounts, count_tokens
