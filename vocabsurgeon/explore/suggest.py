@@ -362,6 +362,7 @@ def suggest_tokens(ckpt: str | os.PathLike, corpus: str | os.PathLike, *, top: i
         ['Frodo', 'Gollum', 'Aragorn']
     """
     from ..engine.target import AddOptions, open_target
+    from ..tokenizer.editor import require_tokenizer_files
 
     if top < 1:
         raise InputError(f"--top must be at least 1, got {top}")
@@ -369,6 +370,7 @@ def suggest_tokens(ckpt: str | os.PathLike, corpus: str | os.PathLike, *, top: i
         raise InputError(f"--min-count must be at least 1, got {min_count}")
     target = open_target(ckpt, AddOptions(embedding_key=embedding_key, lm_head_key=lm_head_key), revision=revision,
                          token=token)
+    require_tokenizer_files(target.ckpt.path)  # as `add`: a checkpoint without one is refused before counting
     tok = counting_tokenizer(target.ckpt.path)
     counts = count_words(tok, corpus, chunk_chars=chunk_chars, progress=progress)
     ranked = rank(counts, tok, min_count=min_count)
