@@ -483,7 +483,6 @@ class TokenizerEditor:
             w = next(iter(failed))
             note = f"{len(failed)} token(s) skipped after checking the edited tokenizer (e.g. {w!r}): {failed[w]}"
             plan.notes.append(note)
-            logger.warning("%s", note)
         if plan.resplits:
             w, seen = next(iter(plan.resplits.items()))
             ex = seen[0]
@@ -495,14 +494,12 @@ class TokenizerEditor:
                     + " (docs/families.md: added tokens are matched anywhere in raw text, by every runtime); each word's "
                     "longer words: longer_words_resplit in --json")
             plan.notes.append(note)
-            logger.warning("%s", note)
         if plan.contexts:
             w, where = next(iter(plan.contexts.items()))
             note = (f"{len(plan.contexts)} kept token(s) are not one token in some contexts (e.g. {w!r} in {where[0]!r}), "
                     "which this tokenizer's entries cannot reach without changing how old text tokenizes: there the "
                     "word keeps its old pieces (each word's contexts: contexts_not_one_token in --json)")
             plan.notes.append(note)
-            logger.warning("%s", note)
         return plan
 
     def _numbered(self, new: list[NewToken], skipped: list[dict], notes: list[str], start: int,
@@ -937,7 +934,6 @@ class TokenizerEditor:
             if norm is not None and any(t.piece == norm for t in mine):
                 note = f"token {w!r} is stored as {norm!r}: the tokenizer normalizes text (e.g. lowercases) before lookup"
                 notes.append(note)
-                logger.warning("%s", note)
         if not special:
             family.finish(new, notes)
         return new, skipped, notes
