@@ -17,7 +17,7 @@ from vocabsurgeon.cli.commands import cli
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "fixtures" / "gpt2-tiny"
-CHECKPOINT_FILES = {"README.md", "config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+CHECKPOINT_FILES = {"README.md", "config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "vocabsurgeon_report.json",
                     "tokenizer_config.json"}
 
 
@@ -27,9 +27,9 @@ def run(*args, **kw):
 
 @pytest.fixture
 def out(tmp_path):
-    """An `add` output of the tiny GPT-2, plus the stray files a real directory collects."""
+    """A validated `add` output of the tiny GPT-2, plus the stray files a real directory collects."""
     o = tmp_path / "out"
-    r = run("add", "-q", "--no-validate", "-t", "Frodo", "-t", "Gandalf", FIXTURE, o)
+    r = run("add", "-q", "--max-tokens", "64", "-t", "Frodo", "-t", "Gandalf", FIXTURE, o)
     assert r.exit_code == 0, r.output
     (o / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")
     (o / "notes.tmp").write_text("scratch")
@@ -496,3 +496,19 @@ def test_hub_progress_bars_are_off_with_json_and_quiet(hub, tmp_path, monkeypatc
     progress_bars()
     r = run(*args)  # from the cache now, and still drawn: so the runs above could have drawn it
     assert "Fetching" in r.stderr
+
+
+def test_push_refuses_a_folder_that_is_not_a_validated_output_unless_asked(hub, tmp_path):
+    # issue 46: push uploaded a folder add never wrote, and one whose validation never ran, without a word
+    r = run("push", FIXTURE, "me/x")
+    assert r.exit_code == 2
+    assert r.stderr.strip() == (f"Error: {FIXTURE} is not a vocabsurgeon output (no vocabsurgeon_report.json); "
+                                f"validate it first (`vocabsurgeon validate BASE {FIXTURE}`), or pass --unvalidated to "
+                                "push it as it is")
+    o = tmp_path / "o"
+    assert run("add", "-q", "--no-validate", "-t", "Frodo", FIXTURE, o).exit_code == 0
+    r = run("push", o, "me/x")
+    assert r.exit_code == 2 and r.stderr.startswith(f"Error: {o} was not validated (--no-validate); validate it first")
+    assert hub.requests == []
+    r = run("push", o, "me/x", "--unvalidated", "--json")
+    assert r.exit_code == 0, r.output

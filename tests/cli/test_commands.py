@@ -53,7 +53,8 @@ def test_link_hardlinks_untouched_shards(llama_ckpt, tokens, tmp_path):
 def test_dry_run_writes_nothing(gpt2_ckpt, tokens, tmp_path):
     r = run("add", "--tokens", tokens, "--dry-run", gpt2_ckpt, tmp_path / "out")
     assert r.exit_code == 0
-    assert "rows " in r.stdout and "'Frodo'" in r.stdout and "rewrite 1 shard(s)" in r.stdout
+    assert r.stdout == ""  # the plan goes to stderr, as without --dry-run
+    assert "rows " in r.stderr and "'Frodo'" in r.stderr and "rewrite 1 shard(s)" in r.stderr
     assert not (tmp_path / "out").exists()
     r = run("add", "--tokens", tokens, "--dry-run", "--json", gpt2_ckpt, tmp_path / "out")
     assert json.loads(r.stdout)["dry_run"] is True

@@ -125,7 +125,8 @@ def test_inspect_lists_nan_and_inf_rows_by_id_without_numpy_warnings(gpt2_ckpt, 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a RuntimeWarning from numpy would fail here
         r = run("inspect", out, *FAST)
-    assert r.exit_code == 0 and r.stderr == ""
+    assert r.exit_code == 0
+    assert [line for line in r.stderr.splitlines() if not line.startswith(("running: ", "log Z: "))] == []  # progress
     lines = r.stdout.splitlines()
     assert lines[3] == "WARNING: transformer.wte.weight: 2 row(s) hold NaN or Inf: ids 600, 601"
     assert lines[-1] == ("zero-init risk not measured: the model's outputs hold NaN or Inf (see the rows listed "

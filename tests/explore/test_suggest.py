@@ -249,8 +249,8 @@ def test_cli_refuses_an_empty_corpus(tmp_path):
     empty.write_bytes(b"\xef\xbb\xbf")  # a BOM and nothing else
     r = run("suggest", FIXTURES / "gpt2-tiny", "--corpus", empty, "--json")
     assert r.exit_code == 2 and r.stdout == ""
-    assert r.stderr.strip() == (f"Error: {empty}: the corpus is empty; pass a UTF-8 text file with the domain's "
-                                "text to --corpus")
+    assert r.stderr.strip().splitlines()[-1] == (f"Error: {empty}: the corpus is empty; pass a UTF-8 text file with "
+                                                  "the domain's text to --corpus")  # after the progress of its count
 
 
 def test_cli_refuses_a_corpus_that_is_not_utf8(tmp_path):

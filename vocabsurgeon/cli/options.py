@@ -1,6 +1,6 @@
-"""The CLI's shared parts: the options several commands take, their checks, logging and -q, `--json`
-output, and the progress bars (`Bars`, the CLI's side of `progress.Progress`). commands.py holds the
-commands.
+"""The CLI's shared parts: the options several commands take (`surgery_options`: add's and extend's), their
+checks, logging and -q, `--json` output, and progress on stderr (`progress_bars`: tqdm bars on a terminal,
+a few lines in a log). Each command has its module (add.py, extend.py, ...); commands.py is the group.
 """
 
 from __future__ import annotations
@@ -158,7 +158,8 @@ def validation_options(fn, corpus_flag: str = "--corpus"):
 
 
 def quiet_hub(ctx, as_json: bool) -> None:
-    """huggingface_hub draws its own progress bars (download, upload); keep them off with -q and --json."""
+    """huggingface_hub draws its own progress bars (download, upload); keep them off with -q and --json
+    (they are its bars, not the command's progress: see `progress_bars`)."""
     if is_quiet(ctx) or as_json:
         from huggingface_hub.utils import disable_progress_bars
 
@@ -242,14 +243,8 @@ def fit_options(fn):
 
 
 class Bars:
-    """The CLI's side of `progress.Progress`: one tqdm bar per count on stderr, with the stages printed
-    above them ("running: ..."); nothing with -q or --json. A new count closes the counts that are done.
-
-    Where stderr is not a terminal (a pipeline's log) only the counts in LOGGED are drawn: validation
-    is the long step there, and its last line records how long it took; a log of byte counts is noise.
-    """
-
-    LOGGED = frozenset({"validating"})
+    """The terminal form of `progress.Progress`: one tqdm bar per count on stderr, with the stages printed
+    above them ("running: ..."); nothing when `disable`. A new count closes the counts that are done."""
 
     def __init__(self, disable: bool):
         self.disable, self.bars, self.units, self.latest = disable, {}, {}, None
@@ -294,15 +289,14 @@ class Bars:
             total, unit = self.units[name]
             in_bytes = unit == "B"
             bar = self.bars[name] = tqdm(total=total, desc=name, unit=unit or "it", unit_scale=in_bytes,
-                                         unit_divisor=1024 if in_bytes else 1000, file=sys.stderr,
-                                         disable=False if name in self.LOGGED else None)  # None: on a terminal
+                                         unit_divisor=1024 if in_bytes else 1000, file=sys.stderr, disable=False)
         return bar
 
     def advance(self, n: int) -> None:
         if self.latest is not None:
             self.latest(n)
 
-    def close(self) -> None:
+    def close(self, finished: bool = True) -> None:
         for bar in self.bars.values():
             if bar is not None:
                 bar.close()
@@ -314,15 +308,22 @@ def _ignore(*_args) -> None:
 
 
 @contextlib.contextmanager
-def progress_bars(ctx, as_json: bool):
-    """The progress callbacks of a command (`progress.Progress`), drawn by `Bars` until the block ends."""
-    from ..progress import Progress
+def progress_bars(ctx):
+    """The progress callbacks of a command (`progress.Progress`) until the block ends, on stderr with or
+    without --json: tqdm bars (`Bars`) on a terminal, a few lines (`progress.LogLines`) in a log; nothing
+    with -q."""
+    from ..progress import SILENT, LogLines, Progress
 
-    bars = Bars(is_quiet(ctx) or as_json)
+    if is_quiet(ctx):
+        yield SILENT
+        return
+    shown = Bars(False) if sys.stderr.isatty() else LogLines(lambda line: click.echo(line, err=True))
+    finished = False
     try:
-        yield Progress(stage=bars.stage, count=bars.count, advance=bars.advance)
+        yield Progress(stage=shown.stage, count=shown.count, advance=shown.advance)
+        finished = True
     finally:
-        bars.close()
+        shown.close(finished)
 
 
 def dtype_option(fn):
@@ -346,11 +347,82 @@ def validation_options_of(validation: dict, *, seed: int, device: str, dtype: st
                              device=device, plot=plot, dtype=dtype)
 
 
-
-
 def take_fields(record: type, flags: dict) -> dict:
     """Remove from `flags` (click's parameters by name) those named like a field of the dataclass `record`
     and return them: the one mapping from a command's flags to its options record."""
     from dataclasses import fields
 
     return {f.name: flags.pop(f.name) for f in fields(record) if f.name in flags}
+
+
+def strategies_in_help(default: str):
+    """A surgery command's help lists the init strategies from their records (`init.STRATEGIES`), `default`
+    marked, where its docstring says `{strategies}`."""
+    from ..init import strategies_help
+
+    def put(fn):
+        fn.__doc__ = fn.__doc__.replace("    {strategies}", strategies_help(indent="      ", default=default))
+        return fn
+
+    return put
+
+
+def surgery_options(*, init_default: str, corpus_flag: str = "--corpus", dry_run_help: str):
+    """The options of a command that grows the rows of a checkpoint and writes it, shared by `add` and
+    `extend`: init, padding, how OUT is written, --dry-run and --json, validation (its corpus flag is
+    `corpus_flag`: `extend`'s --corpus is what it learns from) and the push. `surgery.surgery_of` reads them."""
+    from ..init import DEFAULT_EPS, MAX_SEED
+
+    decorators = [
+        click.option("--init", default=init_default, show_default=True, type=STRATEGY_CHOICE,
+                     help="Init strategy of the new rows of every matrix."),
+        click.option("--init-input", type=STRATEGY_CHOICE, help="Init of the input embedding (untied models)."),
+        click.option("--init-output", type=STRATEGY_CHOICE, help="Init of the output matrix / lm_head (untied models)."),
+        click.option("--eps", default=DEFAULT_EPS, show_default=True, type=float,
+                     help="Noise scale of mean-noise: new rows ~ N(mu, eps * Sigma)."),
+        click.option("--seed", default=0, show_default=True, type=click.IntRange(0, MAX_SEED),
+                     help="Seed of every random init (deterministic output)."),
+        click.option("--pad-to-multiple-of", type=click.IntRange(min=1),
+                     help="Pad the rows to a multiple of N (tensor cores); padding holds the mean row. Default: the "
+                          "checkpoint's own multiple where it has padding rows past the tokenizer (1: no padding)."),
+        click.option("--link", is_flag=True,
+                     help="Hard-link untouched shards instead of copying them (same filesystem only)."),
+        click.option("--no-fsync", is_flag=True,
+                     help="Do not flush the output to disk before renaming it into place: faster on slow disks (up "
+                          "to 2x in copy mode), still atomic if the process dies, but a power cut may leave a "
+                          "damaged output."),
+        click.option("--force", is_flag=True, help="Replace a non-empty output directory."),
+        click.option("--device", default="auto", show_default=True,
+                     help="Where to compute statistics and the forward passes of --init fitted: auto, cpu, cuda."),
+        dtype_option,
+        tensor_key_options,
+        click.option("--dry-run", is_flag=True, help=dry_run_help),
+        click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout."),
+        click.option("--no-validate", is_flag=True,
+                     help="Skip the validation that runs after writing (it loads the new model with transformers, "
+                          "and the original too when the output is not a plain expansion of it)."),
+        hub_options("SRC when it is a Hub repo id", token_use="Used to pull SRC and to push."),
+        click.option("--push-to", metavar="REPO_ID", help="Push OUT to this Hub repo (org/name) as one commit, "
+                     "after validation passed; see `vocabsurgeon push`."),
+        click.option("--push-revision", metavar="BRANCH", help="With --push-to: the branch to commit to (created "
+                     "from main when missing; default main)."),
+        PRIVATE_OPTION,
+        CREATE_PR_OPTION,
+        click.option("--message",
+                     help="With --push-to: the commit message (default: what was added, to which model)."),
+        fit_options,
+        lambda fn: validation_options(fn, corpus_flag=corpus_flag),
+    ]
+
+    def decorate(fn):
+        for decorator in reversed(decorators):
+            fn = decorator(fn)
+        return fn
+
+    return decorate
+
+
+def echo_pushed(d: dict) -> None:
+    """The one line that says where a push went (`PushResult.to_dict()`)."""
+    where = f"pull request {d['pr_url']}" if d["pr_url"] else d["commit_url"]
+    click.echo(f"Pushed {len(d['files'])} files to {d['repo_id']} ({d['revision']}): {where}", err=True)

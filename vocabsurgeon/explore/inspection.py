@@ -20,6 +20,7 @@ from ..checkpoint.architectures import detect, text_config
 from ..checkpoint.reader import Checkpoint
 from ..checkpoint.hub import Source, resolve_checkpoint
 from ..kl import kl_added_mass, kl_figures
+from ..progress import SILENT, Progress
 from ..runtime import (
     context_length,
     corpus_windows,
@@ -98,8 +99,10 @@ def matrix_stats(ckpt: Checkpoint, name: str) -> dict:
 
 
 def zero_init_risk(ckpt_dir: str | os.PathLike, corpus: str | os.PathLike | None = None, *,
-                   max_tokens: int = INSPECT_MAX_TOKENS, device: str = "auto") -> dict:
+                   max_tokens: int = INSPECT_MAX_TOKENS, device: str = "auto", progress: Progress = SILENT) -> dict:
     """log Z of the output softmax over a corpus, and the KL one zero-initialized token would cause.
+
+    `progress` hears the stage "loading the model" and the count "log Z" (corpus tokens run).
 
     Returns:
         {"log_z": {mean, min, max, p1}, "zero_init_kl": {mean, p99, max}, "positions", "corpus",
@@ -112,9 +115,15 @@ def zero_init_risk(ckpt_dir: str | os.PathLike, corpus: str | os.PathLike | None
     if not kind.has_logits:
         return {"applicable": False, "reason": kind.reason, "corpus": name, "positions": 0, "log_z": None,
                 "zero_init_kl": None, "verdict": None, "explanation": f"not measured: {kind.reason}"}
+    progress.stage("loading the model")
     with loaded_model(ckpt_dir, device, kind) as model:
         seqs = corpus_windows(ids, model.prefix(tok), context_length(model), max_tokens)
-        log_z = np.concatenate([model.logits(s).double().logsumexp(-1).numpy() for s in seqs])
+        advance = progress.count("log Z", sum(len(s) for s in seqs), "tok")
+        parts = []
+        for s in seqs:
+            parts.append(model.logits(s).double().logsumexp(-1).numpy())
+            advance(len(s))
+        log_z = np.concatenate(parts)
     if not np.isfinite(log_z).all():  # NaN/Inf rows (listed with the matrices) make every output NaN
         why = "the model's outputs hold NaN or Inf (see the rows listed above)"
         return {"applicable": False, "reason": why, "corpus": name, "positions": int(log_z.size), "log_z": None,
@@ -152,7 +161,7 @@ def _verdict(mean: float, mx: float) -> tuple[str, str]:
 
 def inspect_checkpoint(path: str | os.PathLike, corpus: str | os.PathLike | None = None, *,
                        max_tokens: int = INSPECT_MAX_TOKENS, device: str = "auto", run_model: bool = True,
-                       revision: str | None = None, token: str | None = None) -> dict:
+                       revision: str | None = None, token: str | None = None, progress: Progress | None = None) -> dict:
     """Describe a checkpoint before surgery; changes nothing.
 
     Args:
@@ -164,6 +173,7 @@ def inspect_checkpoint(path: str | os.PathLike, corpus: str | os.PathLike | None
         run_model: False skips the zero-init risk (no model is loaded).
         revision, token: the Hub revision and token when `path` is a repo id (token None: HF_TOKEN or
             the stored login).
+        progress: `progress.Progress` callbacks of the model run (`zero_init_risk`); none by default.
 
     Returns:
         A dict with `path` (the repo id, else the directory), `source` (repo id, revision and commit),
@@ -207,7 +217,8 @@ def inspect_checkpoint(path: str | os.PathLike, corpus: str | os.PathLike | None
         "matrices": matrices,
     }
     if run_model:
-        risk = zero_init_risk(source.path, corpus, max_tokens=max_tokens, device=device)
+        risk = zero_init_risk(source.path, corpus, max_tokens=max_tokens, device=device,
+                              progress=progress or SILENT)
         report["zero_init_risk"] = risk
         report["zero_init_kl"] = risk["zero_init_kl"]
     return report

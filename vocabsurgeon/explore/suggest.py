@@ -83,6 +83,7 @@ class Suggestion:
     candidates: int = 0  # words with count >= min_count that would save a token, before planning
     top: int = DEFAULT_TOP
     min_count: int = DEFAULT_MIN_COUNT
+    notes: list[str] = field(default_factory=list)  # what the plan of the proposed words says about them
 
     @property
     def tokens_after(self) -> int:
@@ -103,6 +104,7 @@ class Suggestion:
             "tokens_per_byte": {"before": self.counts.tokens / n_bytes, "after": self.tokens_after / n_bytes},
             "words": [c.to_dict() for c in self.words],
             "skipped": self.skipped,
+            "notes": self.notes,
         }
 
     def describe(self) -> str:
@@ -120,6 +122,7 @@ class Suggestion:
             s = self.skipped[0]
             lines.append(f"{len(self.skipped)} candidate(s) skipped as `add` would skip them, e.g. {s['word']!r}: "
                          f"{s['reason']}")
+        lines.extend(f"note: {n}" for n in self.notes)
         if self.many_words:
             lines.append(f"note: {self.candidates:,} words would each save a token, {self.candidates // self.top}x "
                          "--top: whole words cover little of a corpus of many word forms (a new language, a large "
@@ -292,15 +295,34 @@ def fragments(counts: CorpusCounts, words: list[str]) -> set[str]:
 # Choosing what add would take
 
 
-def _skips(target, words: list[str]) -> dict[str, str]:
-    """The words `add` would skip, with its reasons: the same plan as `add --dry-run`."""
+def _planned(target, words: list[str]):
+    """The plan `add --dry-run` makes of `words` and the words it skips, with its reasons."""
     from ..add.plan import plan_tokens
 
-    return {s["token"]: s["reason"] for s in plan_tokens(target, words).tokens.skipped}
+    plan = plan_tokens(target, words)
+    return plan, {s["token"]: s["reason"] for s in plan.tokens.skipped}
 
 
-def choose(target, ranked: list[Candidate], top: int) -> tuple[list[Candidate], list[dict]]:
-    """The first `top` candidates that `add` would take, planned together as `add` will plan them.
+def word_notes(plan) -> list[str]:
+    """What the plan of the proposed words says about them that a user should know before `add`: the words
+    that keep their old pieces in some contexts, and those that re-split longer words."""
+    t, notes = plan.tokens, []
+    if t.contexts:
+        w, where = next(iter(t.contexts.items()))
+        notes.append(f"{len(t.contexts)} proposed word(s) keep their old pieces in some contexts (e.g. {w!r} in "
+                     f"{where[0]!r}): no entry of this tokenizer reaches them there without changing how old text "
+                     "tokenizes (`add --dry-run --json`: contexts_not_one_token)")
+    if t.resplits:
+        w, seen = next(iter(t.resplits.items()))
+        notes.append(f"{len(t.resplits)} proposed word(s) re-split longer words that hold them (e.g. {w!r}: "
+                     f"{seen[0]['text']!r} {seen[0]['before']} -> {seen[0]['after']}; `add --dry-run --json`: "
+                     "longer_words_resplit)")
+    return notes
+
+
+def choose(target, ranked: list[Candidate], top: int) -> tuple[list[Candidate], list[dict], list[str]]:
+    """The first `top` candidates that `add` would take, planned together as `add` will plan them, the
+    candidates skipped, and the notes of the final plan (`word_notes`).
 
     Plans the best candidates, a margin more than are still needed at a time, so a large corpus
     never plans all its words; a final plan of exactly the chosen words confirms none is skipped
@@ -313,15 +335,15 @@ def choose(target, ranked: list[Candidate], top: int) -> tuple[list[Candidate], 
         need = top - len(chosen)
         batch = ranked[i:i + need + need // 4 + 8]
         i += len(batch)
-        skips = _skips(target, [c.word for c in chosen + batch])
+        _, skips = _planned(target, [c.word for c in chosen + batch])
         for c in chosen + batch:
             if c.word in skips:
                 skipped.append({"word": c.word, "reason": skips[c.word], "count": c.count, "saving": c.saving})
         chosen = [c for c in chosen + batch if c.word not in skips][:top]
     for _ in range(8):  # removing words only lowers what the others depend on; bounded anyway
-        skips = _skips(target, [c.word for c in chosen]) if chosen else {}
+        plan, skips = _planned(target, [c.word for c in chosen]) if chosen else (None, {})
         if not skips:
-            return chosen, skipped
+            return chosen, skipped, word_notes(plan) if plan is not None else []
         skipped += [{"word": c.word, "reason": skips[c.word], "count": c.count, "saving": c.saving}
                     for c in chosen if c.word in skips]
         chosen = [c for c in chosen if c.word not in skips]
@@ -355,6 +377,7 @@ def suggest_tokens(ckpt: str | os.PathLike, corpus: str | os.PathLike, *, top: i
         ['Frodo', 'Gollum', 'Aragorn']
     """
     from ..engine.target import AddOptions, open_target
+    from ..tokenizer.editor import require_tokenizer_files
 
     if top < 1:
         raise InputError(f"--top must be at least 1, got {top}")
@@ -362,9 +385,10 @@ def suggest_tokens(ckpt: str | os.PathLike, corpus: str | os.PathLike, *, top: i
         raise InputError(f"--min-count must be at least 1, got {min_count}")
     target = open_target(ckpt, AddOptions(embedding_key=embedding_key, lm_head_key=lm_head_key), revision=revision,
                          token=token)
+    require_tokenizer_files(target.ckpt.path)  # as `add`: a checkpoint without one is refused before counting
     tok = counting_tokenizer(target.ckpt.path)
     counts = count_split_words(tok, corpus, chunk_chars=chunk_chars, progress=progress)
     ranked = rank(counts, tok, min_count=min_count)
     logger.info("%d candidate words save a token and occur at least %d times", len(ranked), min_count)
-    words, skipped = choose(target, ranked, top)
-    return Suggestion(str(ckpt), counts, words, skipped, len(ranked), top, min_count)
+    words, skipped, notes = choose(target, ranked, top)
+    return Suggestion(str(ckpt), counts, words, skipped, len(ranked), top, min_count, notes)

@@ -156,7 +156,6 @@ def draft(opened: OpenedTokenizer, words: list[str], special: bool) -> tuple[lis
         if norm is not None and any(t.piece == norm for t in mine):
             note = f"token {w!r} is stored as {norm!r}: the tokenizer normalizes text (e.g. lowercases) before lookup"
             notes.append(note)
-            logger.warning("%s", note)
     if not special:
         family.finish(new, notes)
     return new, skipped, notes

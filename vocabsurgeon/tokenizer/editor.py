@@ -25,7 +25,7 @@ from .opened import OpenedTokenizer
 from .checks import verify_tokenizer  # noqa: F401
 from .drafting import NewToken  # noqa: F401
 from .loading import BYTE_LEVEL_UNDER_LLAMA  # noqa: F401
-from .opened import convert_slow_tokenizer  # noqa: F401
+from .opened import convert_slow_tokenizer, require_tokenizer_files  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,6 @@ class TokenizerEditor(OpenedTokenizer):
             w = next(iter(failed))
             note = f"{len(failed)} token(s) skipped after checking the edited tokenizer (e.g. {w!r}): {failed[w]}"
             plan.notes.append(note)
-            logger.warning("%s", note)
         if plan.resplits:
             w, seen = next(iter(plan.resplits.items()))
             ex = seen[0]
@@ -81,14 +80,12 @@ class TokenizerEditor(OpenedTokenizer):
                     + " (docs/families.md: added tokens are matched anywhere in raw text, by every runtime); each word's "
                     "longer words: longer_words_resplit in --json")
             plan.notes.append(note)
-            logger.warning("%s", note)
         if plan.contexts:
             w, where = next(iter(plan.contexts.items()))
             note = (f"{len(plan.contexts)} kept token(s) are not one token in some contexts (e.g. {w!r} in {where[0]!r}), "
                     "which this tokenizer's entries cannot reach without changing how old text tokenizes: there the "
                     "word keeps its old pieces (each word's contexts: contexts_not_one_token in --json)")
             plan.notes.append(note)
-            logger.warning("%s", note)
         return plan
 
     def reusable_ids(self, rows: int) -> list[tuple[int, str | None]]:

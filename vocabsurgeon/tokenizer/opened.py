@@ -45,21 +45,14 @@ class OpenedTokenizer:
         self.built: dict = {}  # tokenizer_from_data's cache: the original's merges, converted once
         self.converted_from: str | None = None
         self.slow_file = next((f for f in SLOW_TOKENIZER_FILES if (self.dir / f).is_file()), None)
-        if file.exists():
+        if require_tokenizer_files(self.dir) is None:
             with collector_paused():
                 self.data = merges_as_pairs(read_json(file))
-        elif self.slow_file is not None:
+        else:
             self.data, cls = convert_slow_tokenizer(self.dir, self.slow_file)
             self.converted_from = cls
             logger.warning("%s has no %s: converted %s with transformers' %s",
                            self.dir, TOKENIZER_FILE, self.slow_file, cls)
-        else:
-            raise InputError(
-                f"{file}: missing, and there is no slow tokenizer file ({', '.join(SLOW_TOKENIZER_FILES)}) to convert; "
-                "vocabsurgeon edits fast "
-                "tokenizers (tokenizer.json). Save the tokenizer with transformers "
-                "(AutoTokenizer.from_pretrained(dir).save_pretrained(dir)) first"
-            )
         try:  # from the object just read: its model built from the dict (building.py), the file not parsed again
             self.tok = unpadded(tokenizer_from_data(self.data, self.built))
         except Exception as e:  # the Rust parser raises plain Exception subclasses
@@ -338,4 +331,24 @@ def _differs_from_sentencepiece(model_file: Path, data: dict) -> tuple[str, list
     return None
 
 
+def require_tokenizer_files(directory: str | Path) -> str | None:
+    """The tokenizer check every command makes before any work: `directory` holds tokenizer.json, or a
+    slow tokenizer file to convert from.
 
+    Returns:
+        None when tokenizer.json is there, else the name of the slow file (the first of SLOW_TOKENIZER_FILES).
+
+    Raises:
+        InputError: neither is there (one line that says how to save the tokenizer).
+    """
+    directory = Path(directory)
+    if (directory / TOKENIZER_FILE).exists():
+        return None
+    slow = next((f for f in SLOW_TOKENIZER_FILES if (directory / f).is_file()), None)
+    if slow is None:
+        raise InputError(
+            f"{directory / TOKENIZER_FILE}: missing, and there is no slow tokenizer file "
+            f"({', '.join(SLOW_TOKENIZER_FILES)}) to convert; vocabsurgeon edits fast tokenizers (tokenizer.json). "
+            "Save the tokenizer with transformers (AutoTokenizer.from_pretrained(dir).save_pretrained(dir)) first"
+        )
+    return slow

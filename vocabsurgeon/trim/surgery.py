@@ -41,6 +41,7 @@ from ..validation.report import Report
 from ..errors import InputError, VocabSurgeonError
 from ..corpus import counting_tokenizer
 from ..tokenizer.chats import CHATS, chat_template
+from ..tokenizer.editor import require_tokenizer_files
 from ..tokenizer.opened import convert_slow_tokenizer
 from ..tokenizer.encoding import encode_ids
 from ..tokenizer.families import detect_family
@@ -237,6 +238,7 @@ def plan_trim(src: str | os.PathLike, corpus: str | os.PathLike, options: TrimOp
     options.check()
     source = resolve_checkpoint(src, revision=revision, token=token)
     path = Path(source.path)
+    require_tokenizer_files(path)  # as `add`: a checkpoint without one is refused before any work
     ckpt = Checkpoint.open(path)
     layout = detect(ckpt, options.embedding_key, options.lm_head_key)
     if layout.extra:

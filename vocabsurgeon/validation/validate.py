@@ -48,6 +48,7 @@ from ..runtime import (
 )
 from ..tokenizer import contexts, resplit
 from ..tokenizer.chats import render_chats
+from ..tokenizer.editor import require_tokenizer_files
 
 logger = logging.getLogger(__name__)
 
@@ -492,6 +493,8 @@ def validate_checkpoint(
     sources = dict(zip(("base", "new"), resolve_checkpoints([base, new], revision=revision, token=token)))
     names = {key: s.name for key, s in sources.items()}  # the repo id, else the directory
     base, new = sources["base"].path, sources["new"].path
+    for path in (base, new):  # as `add`: a checkpoint without tokenizer files is refused before any work
+        require_tokenizer_files(path)
     # Each checkpoint is opened once (config, index, headers) and read from that record from here on;
     # `base_checkpoint` is the one `add` already opened.
     base_ck = base_checkpoint if base_checkpoint is not None and base_checkpoint.path == Path(base) else _opened(base)

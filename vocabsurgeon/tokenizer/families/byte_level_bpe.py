@@ -401,12 +401,10 @@ class ByteLevelBPE(Family):
                     f"form would split that token as an added token, and cannot be a vocabulary entry "
                     f"({self.blocked[w]})")
             notes.append(note)
-            logger.warning("%s", note)
         if self.unsafe:
             note = (f"{len(self.unsafe)} token(s) skipped (e.g. {self.unsafe[0]!r}): "
                     f"{UNSAFE_FORM.format(self.no_entries_reason())}")
             notes.append(note)
-            logger.warning("%s", note)
         note = splitting_note(self.ed, new, self.risks, self.why_not_entry)
         if note:
             notes.append(note)

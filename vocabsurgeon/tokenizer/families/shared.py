@@ -43,7 +43,6 @@ def splitting_note(ed, new, risks: dict[str, str], why_not_entry: Callable[[str]
     note = (f"{len(splitting)} added token(s) (e.g. {t.form!r}) are also part of existing tokens (e.g. "
             f"{ed.text_of(risks[t.form])!r}), which now split where they occur; they cannot be "
             f"vocabulary entries here ({why_not_entry(t.form)})")
-    logger.warning("%s", note)
     return note
 
 
