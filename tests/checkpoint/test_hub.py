@@ -17,8 +17,8 @@ from vocabsurgeon.cli.commands import cli
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "fixtures" / "gpt2-tiny"
-CHECKPOINT_FILES = {"README.md", "config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "vocabsurgeon_report.json",
-                    "tokenizer_config.json"}
+CHECKPOINT_FILES = {"README.md", "config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                    "tokenizer_config.json", "vocabsurgeon_report.json"}
 
 
 def run(*args, **kw):
@@ -337,7 +337,8 @@ def test_failed_validation_is_in_the_card_and_nothing_is_pushed(hub, tmp_path):
     r = run("add", "-t", "Frodo", "--max-tokens", 64, "--init", "mean-noise", "--eps", "1e4", "--push-to",
             "me/gpt2-lotr", FIXTURE, o)
     assert r.exit_code == 3
-    card = (o / "README.md").read_text()
+    assert not o.exists()  # nothing published; the output is kept beside it
+    card = (tmp_path / "out.rejected" / "README.md").read_text()
     assert "Validation **FAILED**: " in card and "--max-new-token-fraction" in card
     assert hub.requests == []
 

@@ -310,6 +310,12 @@ def _stale_remote(remote: list[str], ours: list[str]) -> list[str]:
     )
 
 
+def check_repo_id(repo_id: str) -> None:
+    """Raises InputError (one line, with an example) when `repo_id` is not `org/name`."""
+    if not REPO_ID.fullmatch(repo_id):
+        raise InputError(f"{repo_id!r}: not a Hub repo id; pass it as org/name, e.g. me/gpt2-lotr")
+
+
 def push(
     out: str | os.PathLike,
     repo_id: str,
@@ -351,9 +357,7 @@ def push(
     """
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, constants
 
-
-    if not REPO_ID.fullmatch(repo_id):
-        raise InputError(f"{repo_id!r}: not a Hub repo id; pass it as org/name, e.g. me/gpt2-lotr")
+    check_repo_id(repo_id)
     out = Path(out)
     files, skipped = checkpoint_files(out)
     unknown = [f for f in skipped if not _is_junk(f)]

@@ -46,10 +46,11 @@ def push_command(ctx, out, repo_id, private, revision, create_pr, token, message
       vocabsurgeon push out/ me/gpt2-lotr --create-pr --message "Add LOTR names"
       vocabsurgeon push out/ my-org/llama-tools --private --revision vocab-v2 --json
     """
-    from ..checkpoint.hub import push
+    from ..checkpoint.hub import check_repo_id, push
     from ..engine.record import pushable
     from ..errors import InputError
 
+    check_repo_id(repo_id)
     ok, what = pushable(out)
     if not ok and not unvalidated:
         raise InputError(f"{what}; validate it first (`vocabsurgeon validate BASE {out}`), or pass --unvalidated to "
