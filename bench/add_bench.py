@@ -61,7 +61,7 @@ def commands(src: Path, out: Path, tokens: Path) -> dict[str, list[str]]:
 PHASE_KIND = {"plan_tokens": "plan", "copy_old_bytes": "copy", "copy_file": "copy", "row_stats": "init",
               "all_new_rows": "init",
               "write_rows": "write", "write_metadata_files": "write", "copy_other_files": "write",
-              "write_model_card": "write", "fsync": "fsync", "fdatasync": "fsync", "verify_tokenizer": "verify",
+              "record": "write", "fsync": "fsync", "fdatasync": "fsync", "verify_tokenizer": "verify",
               "verify_rows": "verify", "verify_checkpoint": "verify", "rows_kept": "verify"}
 KINDS = ("plan", "copy", "init", "write", "fsync", "verify")
 

@@ -34,7 +34,7 @@ import vocabsurgeon.tokenizer.editor as editor  # noqa: E402
 # (module, name): each step, patched where its caller looks it up
 STEPS = ((add, "plan_tokens"), (job, "copy_old_bytes"), (job, "copy_file"), (rows, "row_stats"),
          (job, "all_new_rows"), (job, "write_rows"), (job, "write_metadata_files"), (job, "copy_other_files"),
-         (job, "write_model_card"), (editor, "verify_tokenizer"), (job, "verify_rows"), (job, "verify_checkpoint"),
+         (job, "record"), (editor, "verify_tokenizer"), (job, "verify_rows"), (job, "verify_checkpoint"),
          (outputs, "rows_kept"))
 log: list[tuple[str, str, float, float]] = []
 
@@ -84,8 +84,8 @@ def main() -> None:
     else:
         code = 0
     for name, thread, start, seconds in sorted(log, key=lambda r: r[2]):
-        print(f"{name:24s} {thread[:20]:20s} {start:8.3f} {seconds:8.3f}", file=sys.stderr)
-    print(f"{'total':24s} {'':20s} {0:8.3f} {time.perf_counter() - T0:8.3f}", file=sys.stderr)
+        print(f"{name:24s} {thread[:20]:20s} {start:10.6f} {seconds:10.6f}", file=sys.stderr)
+    print(f"{'total':24s} {'':20s} {0:10.6f} {time.perf_counter() - T0:10.6f}", file=sys.stderr)
     if free:  # the output directory of a --free-copy run has holes instead of weights: removed
         import shutil
 

@@ -70,7 +70,7 @@ EXIT_CODES = {
     EXIT_OK: "success",
     EXIT_INTERNAL: "unexpected internal error (a bug: please report it with VOCABSURGEON_DEBUG=1 output)",
     EXIT_BAD_INPUT: "bad input: checkpoint, tokens file, options or output directory; or a library older than supported",
-    EXIT_VALIDATION: "validation failed (the output is kept for inspection)",
+    EXIT_VALIDATION: "validation failed (nothing is published; the output is kept as OUT.rejected)",
     EXIT_PUSH: "push to the Hugging Face Hub failed",
     EXIT_WRITE: "writing the output failed (disk full, file too large, I/O or permission error); nothing was published",
     EXIT_INTERRUPTED: "interrupted (SIGINT)",

@@ -254,7 +254,7 @@ def test_streamed_tail_writes_the_same_checkpoint_as_the_eager_one(llama_ckpt, t
     add_tokens(llama_ckpt, tmp_path / "streamed", words, init_input="random", init_output="mean", seed=3,
                pad_to_multiple_of=64)
     for p in sorted((tmp_path / "eager").iterdir()):
-        if p.suffix in (".safetensors", ".json"):
+        if p.suffix in (".safetensors", ".json") and p.name != "vocabsurgeon_report.json":  # the report has timings
             assert p.read_bytes() == (tmp_path / "streamed" / p.name).read_bytes(), p.name
 
 

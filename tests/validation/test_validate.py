@@ -33,7 +33,7 @@ def run(*args):
 def added(src: Path, out: Path, *extra) -> Path:
     r = run("add", *WORDS, "--no-validate", "-q", *extra, src, out)
     assert r.exit_code == 0, r.output
-    assert not (out / REPORT_NAME).exists()
+    assert json.loads((out / REPORT_NAME).read_text())["pending"] == "--no-validate"  # validate fills it in
     return out
 
 
@@ -209,14 +209,16 @@ def test_zero_init_on_very_negative_logits_fails(shifted, model, init, code, tmp
     out = tmp_path / "out"
     r = run("add", *WORDS, "--init", init, *FAST, src, out)
     assert r.exit_code == code, r.output
-    report = json.loads((out / REPORT_NAME).read_text(encoding="utf-8"))  # kept in place either way
+    kept = tmp_path / "out.rejected" if code else out  # a failed output is never published
+    report = json.loads((kept / REPORT_NAME).read_text(encoding="utf-8"))
     assert report["passed"] is (code == 0)
     if code:
-        assert (out / "model.safetensors").exists()
+        assert not out.exists() and (kept / "model.safetensors").exists()
         last = r.stderr.strip().splitlines()[-1]
         assert last == (
-            f"Error: {out}: validation failed: {'; '.join(report['failures'])}. The output is kept for "
-            f"inspection; see {out / REPORT_NAME}. Try --init mean, or pass --no-validate to skip the checks"
+            f"Error: {out}: validation failed: {'; '.join(report['failures'])}. {out} is as it was; the output is "
+            f"kept for inspection in {kept}; see {kept / REPORT_NAME}. Try --init mean, or pass --no-validate to skip "
+            "the checks"
         )
         assert report["kl"]["mean"] > 10  # log(1 + k/Z) with log Z about -33
         # most sampled tokens are new (after a zero-embedded new token the old logits recover for a step)
@@ -598,10 +600,11 @@ def test_add_says_validation_starts_with_an_estimate_and_shows_progress(gpt2_ckp
     err = r.stderr
     assert f"Validating {tmp_path / 'out'} against {gpt2_ckpt} (--no-validate skips this)" in err
     assert "running: one-pass (every other tensor is byte-identical and the old rows are bit-identical): about " in err
-    assert "-parameter model, roughly " in err and "validating: 100%" in err
-    for quiet in (("-q",), ("--json",)):
-        r = run("add", *WORDS, *quiet, *FAST, gpt2_ckpt, tmp_path / f"out{quiet[0]}")
-        assert r.exit_code == 0 and "validating" not in r.stderr and "running:" not in r.stderr
+    assert "-parameter model, roughly " in err and "validating: done" in err  # a log's lines: stderr is no terminal
+    r = run("add", *WORDS, "-q", *FAST, gpt2_ckpt, tmp_path / "out-q")
+    assert r.exit_code == 0 and "validating" not in r.stderr and "running:" not in r.stderr
+    r = run("add", *WORDS, "--json", *FAST, gpt2_ckpt, tmp_path / "out-json")  # progress stays on stderr
+    assert r.exit_code == 0 and "validating: done" in r.stderr and json.loads(r.stdout)["validation"]["passed"]
 
 
 def test_the_pipeline_writes_the_card_with_the_figures(gpt2_ckpt, tmp_path):
@@ -617,7 +620,8 @@ def test_the_pipeline_writes_the_card_with_the_figures(gpt2_ckpt, tmp_path):
         add_validate_push(gpt2_ckpt, tmp_path / "bad", ["Frodo"], AddOptions(init="mean-noise", eps=1e4),
                           validation=ValidationOptions(max_tokens=60))
     assert e.value.report["passed"] is False
-    assert "Validation **FAILED**: mean KL" in (tmp_path / "bad" / "README.md").read_text(encoding="utf-8")
+    assert not (tmp_path / "bad").exists() and e.value.kept == tmp_path / "bad.rejected"
+    assert "Validation **FAILED**: mean KL" in (tmp_path / "bad.rejected" / "README.md").read_text(encoding="utf-8")
 
 
 def test_a_stored_report_reads_back_as_the_same_record_and_the_same_json(gpt2_ckpt, tmp_path):
@@ -625,10 +629,12 @@ def test_a_stored_report_reads_back_as_the_same_record_and_the_same_json(gpt2_ck
     from vocabsurgeon.validation.report import Report
 
     done = add_validate_push(gpt2_ckpt, tmp_path / "out", ["Frodo"], validation=ValidationOptions(max_tokens=60))
-    stored = (tmp_path / "out" / REPORT_NAME).read_text(encoding="utf-8")
-    back = Report.from_dict(json.loads(stored))
+    stored = json.loads((tmp_path / "out" / REPORT_NAME).read_text(encoding="utf-8"))
+    files = stored.pop("files")  # the engine's list of what it wrote, beside the record
+    assert files == sorted(p.name for p in (tmp_path / "out").iterdir())
+    back = Report.from_dict(stored)
     # key for key and in order: the file written is what the record gives, and reading it back changes nothing
-    assert json.dumps(back.to_dict(), indent=2, ensure_ascii=False) + "\n" == stored
+    assert json.dumps(back.to_dict(), indent=2, ensure_ascii=False) == json.dumps(stored, indent=2, ensure_ascii=False)
     assert back.passed is done.report.passed is True and back.check("kl").mean == done.report["kl"]["mean"]
     assert [c.KEY for c in back.checks] == [c.KEY for c in done.report.checks]
     assert dict(done.report) == done.report.to_dict()  # the record reads as its JSON

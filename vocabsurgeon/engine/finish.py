@@ -123,7 +123,7 @@ def validate_output(result, options: ValidationOptions, progress=None) -> Report
                                  base_checkpoint=result.plan.ckpt, base_tokenizer=result.plan.editor.as_loaded(),
                                  resplit_reported=set(result.plan.tokens.resplits),
                                  new_pieces=getattr(result.plan, "new_pieces", False),
-                                 remedy="Pass --no-validate to skip the checks", **kwargs)
+                                 remedy="Pass --no-validate to skip the checks", new_name=str(result.out), **kwargs)
     report.new = str(result.out)
     report.init = result.plan.to_dict()["init"]
     return report

@@ -1,5 +1,7 @@
 """Looking inside embedding spaces: nearest neighbours of tokens, and KNN-match similarity of two spaces.
 
+Over 500 lines: compare and neighbors share the chunked top-k search and the token matching.
+
 KNN-match similarity: per token, the Jaccard overlap of its K nearest neighbours by inner product (the
 model scores with inner products) in each space, averaged over tokens. The n x n score matrix is never
 built: a chunk of rows at a time keeps its top K, on the CPU or CUDA with the same torch code.

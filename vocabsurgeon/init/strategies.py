@@ -1,5 +1,7 @@
 """Initialization strategies for new rows: small pure functions over row statistics, by name.
 
+Over 500 lines: the statistics and the strategies that read them are one table, kept together by name.
+
 The names in `STRATEGIES` are the names in the CLI (`--init`), the Python API and the README.
 Statistics are accumulated over row chunks (`accumulate_stats`), and new rows are computed and
 encoded in blocks (`NewRows`, `EncodedRows`), so memory stays O(hidden^2 + chunk), never

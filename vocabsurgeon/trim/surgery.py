@@ -1,5 +1,7 @@
 """`trim`: plan which tokens a checkpoint keeps for a corpus, then write the trimmed checkpoint.
 
+Over 500 lines: trim's plan and its gather-write share one record (TrimPlan); its publication is the engine's.
+
 The plan reads headers, configs and the tokenizer and counts the corpus (`count`, `keep`). The write
 streams: shards without vocabulary tensors are copied (reflink, in-kernel copy, or --link); a shard
 with them gets a new header, its other tensors' bytes copied in the kernel, and the kept rows of each

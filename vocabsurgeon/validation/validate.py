@@ -1,5 +1,7 @@
 """Validation of an expanded checkpoint against its original: which checks run, and the report.
 
+Over 500 lines: the one place that decides which checks run and turns measurements into the report.
+
 The checks are records in `checks.py`, measured by `measure.py` on a held-out corpus and chat samples:
 finite rows, KL(p_old || p_new) per position, old logits, sampling, chat greedy, tokenization, bits per
 byte. One pass when the output came from the base by `add` (its old logits are the new logits' first n
@@ -432,6 +434,7 @@ def validate_checkpoint(
     resplit_reported: set[str] | None = None,
     new_pieces: bool = False,
     remedy: str = "",
+    new_name: str | None = None,
 ) -> Report:
     """Compare the expanded checkpoint `new` with its original `base`; returns the report.
 
@@ -461,6 +464,7 @@ def validate_checkpoint(
             longer_words_resplit); None: every added token's word (matched anywhere in raw text).
         new_pieces: the new tokens are sub-word pieces (`extend`), not words: no check that each is one token.
         remedy: what the caller's user can do when a model cannot be run (`add`: "Pass --no-validate ...").
+        new_name: how messages name `new` (`add` validates its staging directory under the output's name).
 
     Returns:
         A `report.Report` (it reads as the dict of its JSON too): `passed`, `failures` (why not, in
@@ -492,6 +496,8 @@ def validate_checkpoint(
         raise InputError(f"method {method!r} is not one of auto, one-pass, two-pass")
     sources = dict(zip(("base", "new"), resolve_checkpoints([base, new], revision=revision, token=token)))
     names = {key: s.name for key, s in sources.items()}  # the repo id, else the directory
+    if new_name is not None:
+        names["new"] = new_name
     base, new = sources["base"].path, sources["new"].path
     for path in (base, new):  # as `add`: a checkpoint without tokenizer files is refused before any work
         require_tokenizer_files(path)
@@ -557,7 +563,7 @@ def validate_checkpoint(
         m = run_models(None if relation.derived else base, new, kind, device, inp, old_tok, new_tok, progress, dtype,
                        remedy)
     for what in skipped:
-        logger.warning("%s: %s", new, what)
+        logger.warning("%s: %s", names["new"], what)
 
     tol_rel = th.old_logits_tolerance
     if tol_rel is None:

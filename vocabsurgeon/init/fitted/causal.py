@@ -1,5 +1,7 @@
 """The fitted init on causal LMs: input rows by distillation, output rows by a convex new-logit fit.
 
+Over 500 lines: the distillation and the output fit share their windows, model and budget.
+
 Output rows minimise the cross-entropy against the old distribution with each word's spelling probability
 moved onto its new token (convex; L-BFGS), then are shrunk toward the mean row until the held-out old-text
 KL meets its limit (`shrink_to_limit`). Input rows are distilled (`distill.py`) on the hidden states after
