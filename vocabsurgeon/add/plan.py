@@ -24,7 +24,7 @@ def plan_tokens(target: Target, tokens: list[str]) -> Plan:
     ckpt, layout, options = target.ckpt, target.layout, target.options
     check_word_count(len(tokens))  # before the tokenizer is read: a list too long to plan is refused at once
     editor = TokenizerEditor(ckpt.path, gguf_parity=options.gguf_parity, model_config=ckpt.config)
-    size = editor.size  # once: the property scans every id (128k on Llama 3); per new token it cost 9 s (issue 38)
+    size = editor.size  # once: the property scans every id, too slow to ask per new token
     if size > layout.rows:
         raise InputError(
             f"{ckpt.path / TOKENIZER_FILE}: the tokenizer has ids up to {size - 1}, but '{layout.embedding}' "

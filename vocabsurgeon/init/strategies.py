@@ -96,8 +96,8 @@ class _Scatter:
     Chunks (of `stream_rows`: 256 rows of a 4096-wide matrix) are gathered into blocks of
     COV_BLOCK_BYTES; each block is centred on its own float64 mean and multiplied in one product
     (`b.T @ b` of one array: BLAS's syrk, half a GEMM's work). Products of one 256-row chunk each,
-    as before, took 5.4x longer per row than one `X.T @ X`: each wrote and widened a whole hidden x
-    hidden partial for 256 rows (bench/RESULTS.md, "Covariance at GEMM speed"). The blocks combine
+    were much slower per row than one `X.T @ X`: each wrote and widened a whole hidden x hidden partial for
+    256 rows (bench/RESULTS.md, "Covariance at GEMM speed"). The blocks combine
     exactly (the law of total covariance): M2 = sum_b S_b + sum_b n_b (m_b - m)(m_b - m)^T, where
     S_b is block b's scatter about its own mean m_b, m the mean of all rows. Every term is a
     difference from a mean taken before any product, so an offset common to all rows (a large mean)

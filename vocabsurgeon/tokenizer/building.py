@@ -2,7 +2,7 @@
 
 The editor builds the original tokenizer from the object it read and the plan builds the edited one in memory
 (issue 38). Through JSON that is json.dumps of a 128k-entry vocabulary and its merges and the Rust parser of
-the text again: 0.5 s on Llama 3, most of planning. Here everything but a BPE model's vocabulary and merges
+the text again, most of planning's time (bench/RESULTS.md). Here everything but a BPE model's vocabulary and merges
 goes through JSON (added tokens, normalizer, pre-tokenizer, post-processor, decoder: a few KB), and the model
 is built by tokenizers' own BPE constructor, which runs the builder the parser runs, from the dict and list.
 The result is the tokenizer `Tokenizer.from_str(json.dumps(data))` gives (tests/tokenizer/test_building.py
@@ -61,7 +61,7 @@ def merges_as_pairs(data: dict) -> dict:
     ["a", "b"] held as ("a", "b") tuples: the pairs the BPE constructor takes (`tokenizer_from_data` then converts
     nothing), written back by json.dumps as the same arrays. Why: the JSON lists are 280k (Llama 3) containers
     that the garbage collector tracks, and every full collection of the process walks them (three or four in a
-    plan, 0.05-0.1 s CPU on 128k that find nothing); a tuple of strings is untracked at its first collection. Anything else
+    plan, that find nothing); a tuple of strings is untracked at its first collection. Anything else
     (merges as "a b" text, another model) is left as it is."""
     model = data.get("model")
     merges = model.get("merges") if isinstance(model, dict) and model.get("type") == "BPE" else None

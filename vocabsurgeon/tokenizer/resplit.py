@@ -52,7 +52,7 @@ def inside(text: str, word: str) -> bool:
 class Holders:
     """Old texts indexed for finding those that hold a word as a proper part (`FormIndex`: the words indexed
     by their first characters, each text's windows looked up once for all words: linear in the texts'
-    length, 0.1-0.2 s for a 128k vocabulary and 1,000 words, where a scan of every text per word is seconds)."""
+    length, where a scan of every text per word grows with words x texts)."""
 
     def __init__(self, texts: Iterable[str]):
         self.texts = list(dict.fromkeys(t for t in texts if t))
@@ -105,8 +105,8 @@ def changed(old: Tokenizer, new: Tokenizer, holders: dict[str, list[str]], owner
     """The texts of `holders` (word -> texts that hold it) that `new` tokenizes otherwise than `old`, by the
     new word(s) whose ids (`owner`: id -> word) the new ids hold: word -> up to EXAMPLES
     {"text", "before", "after"} (pieces). `made`: word -> its `made_up` longer words, checked after a space only
-    (one text shows what the word's entries do inside a longer word: 0.1-0.2 s per 1,000 Llama 2 words, where
-    every spelling of each took 0.6 s)."""
+    (one text shows what the word's entries do inside a longer word; every spelling of each costs more:
+    bench/RESULTS.md)."""
     new_words = {w.strip() for w in owner.values()}  # a holder that is itself a new word is no old text
     texts = list(dict.fromkeys([v for ts in holders.values() for t in ts if t.strip() not in new_words
                                 for v in variants(t)]

@@ -11,7 +11,7 @@ it follows. The first term's gradient in s_i is w_i times the new tokens' probab
 [log Z_i, s_i], so a chunk of positions gives its share of the value and of the gradient (G^T x, (k, hidden))
 from one (rows, k) matrix, freed before the next chunk (`added_mass`). The second term is linear in (W, b):
 its coefficients are summed once (`word_evidence`). Autograd over the whole product kept several (P, k)
-matrices alive instead: about 11 GiB at 36,000 positions x 8,000 new rows in float64 (bench/RESULTS.md, "The
+matrices alive instead, which grows with positions x new rows (bench/RESULTS.md, "The
 output fit's memory").
 """
 

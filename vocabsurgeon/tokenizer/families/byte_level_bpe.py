@@ -240,11 +240,10 @@ class ByteLevelBPE(Family):
         The answer does not depend on the order of the scan, which starts from the last entry: an entry its merges
         do not rebuild is in practice one added after training (a vocabulary extended without merges, a
         conversion's padding entries, the plan bench's filler merges), after the trained ones, so that such a
-        tokenizer is answered at once instead of after every trained entry (78,202 calls on the bench's); where
+        tokenizer is answered at once instead of after every trained entry; where
         every entry is rebuilt (GPT-2, Qwen3, GPT-4o) each is tokenized either way."""
-        # One call into Rust per piece (0.2-0.3 s on 128k): a batched encode costs more, in its Encoding objects and
-        # pipeline, than the merges themselves, and a piece's merge tree certified by one call costs more in Python
-        # than the calls it saves (issue 38)
+        # One call into Rust per piece: a batched encode costs more in its Encoding objects than the merges
+        # themselves, and certifying a merge tree in Python costs more than the calls it saves (bench/RESULTS.md)
         tokenize, added = self.ed.tok.model.tokenize, self.ed.added
         reach: WholePreTokens | None | bool = False  # built at the first entry not rebuilt
         unreached = []
