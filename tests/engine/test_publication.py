@@ -15,7 +15,7 @@ from click.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "add"))
 from test_reliability import spawn, staging_leftovers, wait_for  # noqa: E402
 
-from vocabsurgeon import OutputExistsError, add_tokens  # noqa: E402
+from vocabsurgeon import AddOptions, OutputExistsError, add_tokens  # noqa: E402
 from vocabsurgeon.add.pipeline import add_validate_push  # noqa: E402
 from vocabsurgeon.cli.commands import cli  # noqa: E402
 from vocabsurgeon.engine.finish import ValidationOptions  # noqa: E402
@@ -40,19 +40,24 @@ def _describes_itself(out: Path) -> dict:
     return report
 
 
-def test_a_run_that_loses_the_race_publishes_nothing_and_says_so(gpt2_ckpt, tmp_path, monkeypatch):
-    # Run A validates while run B (--force --no-validate) publishes there: A must not put its card and report
-    # over B's weights, nor report success.
+def _b_publishes_during_validation(monkeypatch, src: Path, out: Path) -> None:
+    """Run B (`--force --no-validate`, the word Bilbo) publishes to `out` while run A validates."""
     import vocabsurgeon.validation.validate as validate
 
-    out = tmp_path / "v"
     real = validate.validate_checkpoint
 
     def b_publishes_meanwhile(*args, **kwargs):
-        add_tokens(gpt2_ckpt, out, ["Bilbo"], force=True)
+        add_tokens(src, out, ["Bilbo"], force=True)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(validate, "validate_checkpoint", b_publishes_meanwhile)
+
+
+def test_a_run_that_loses_the_race_publishes_nothing_and_says_so(gpt2_ckpt, tmp_path, monkeypatch):
+    # Run A validates while run B (--force --no-validate) publishes there: A must not put its card and report
+    # over B's weights, nor report success.
+    out = tmp_path / "v"
+    _b_publishes_during_validation(monkeypatch, gpt2_ckpt, out)
     with pytest.raises(OutputExistsError, match=f"{out}: appeared while this run was writing"):
         add_validate_push(gpt2_ckpt, out, ["Frodo", "Gandalf"], validation=ValidationOptions(max_tokens=64))
     report = _describes_itself(out)
@@ -61,20 +66,12 @@ def test_a_run_that_loses_the_race_publishes_nothing_and_says_so(gpt2_ckpt, tmp_
 
 
 def test_force_notices_a_target_replaced_meanwhile(gpt2_ckpt, tmp_path, monkeypatch):
-    import vocabsurgeon.validation.validate as validate
-
     out = tmp_path / "v"
     add_tokens(gpt2_ckpt, out, ["Sam"])
-    real = validate.validate_checkpoint
-
-    def b_replaces_it(*args, **kwargs):
-        add_tokens(gpt2_ckpt, out, ["Bilbo"], force=True)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(validate, "validate_checkpoint", b_replaces_it)
+    _b_publishes_during_validation(monkeypatch, gpt2_ckpt, out)
     with pytest.raises(OutputExistsError, match=f"{out}: was replaced while this run was writing"):
         add_validate_push(gpt2_ckpt, out, ["Frodo"], validation=ValidationOptions(max_tokens=64),
-                          options=__import__("vocabsurgeon").AddOptions(force=True))
+                          options=AddOptions(force=True))
     assert {a["token"] for a in _describes_itself(out)["add"]["added"]} == {"Bilbo"}
 
 

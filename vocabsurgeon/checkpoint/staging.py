@@ -207,11 +207,7 @@ class Stage:
     def discard(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
 
-    def _changed(self) -> OutputExistsError | None:
-        now = _identity(self.out)
-        if now == self.seen:
-            return None
-        what = "appeared" if self.seen is None else "was replaced"
+    def _lost(self, what: str = "appeared") -> OutputExistsError:
         return OutputExistsError(f"{self.out}: {what} while this run was writing (another run?); nothing was changed")
 
     def publish(self) -> None:
@@ -221,20 +217,17 @@ class Stage:
             OutputExistsError: the target changed since the run started (another run published there).
         """
         with _locked(self.out.parent):
-            changed = self._changed()
-            if changed is not None:
-                raise changed
+            if _identity(self.out) != self.seen:
+                raise self._lost("appeared" if self.seen is None else "was replaced")
             replacing = self.seen is not None and any(self.out.iterdir())
             if replacing and not self.force:
-                raise OutputExistsError(f"{self.out}: appeared while this run was writing (another run?); nothing was "
-                                        "changed")
+                raise self._lost()
             if not replacing:
                 try:
                     os.rename(self.path, self.out)  # onto an absent or empty directory
                 except OSError as e:
                     if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
-                        raise OutputExistsError(f"{self.out}: appeared while this run was writing (another run?); "
-                                                "nothing was changed") from None
+                        raise self._lost() from None
                     raise
                 old = None
             elif _exchange(self.path, self.out):

@@ -106,25 +106,23 @@ class Finished:
         return d
 
 
-def validate_output(result, options: ValidationOptions, progress=None) -> Report:
-    """Validate what the job wrote (its staging directory, before it is published; else the published output).
-
-    The report names the output by where it will be published. A `--plot` inside the output is drawn into
-    the staging directory, so that it is published with it.
+def validate_output(result, options: ValidationOptions, progress=None, where: Path | None = None,
+                    plot: Path | None = None) -> Report:
+    """Validate what the job wrote in `where` (its staging directory; default: the published output), drawing
+    the plot at `plot` (default: `options.plot`). The report names the output by where it will be published.
     """
     from ..validation.validate import validate_checkpoint
 
-    where = result.staged.path if result.staged is not None else Path(result.out)
+    where = where if where is not None else Path(result.out)
     kwargs = options.kwargs()
-    if kwargs["plot"] is not None and result.staged is not None:
-        kwargs["plot"] = _inside(Path(kwargs["plot"]), Path(result.out), where)
+    if plot is not None:
+        kwargs["plot"] = plot
     ids = [t.id for t in result.plan.tokens.new]
     report = validate_checkpoint(result.plan.src, where, options.corpus, new_token_ids=ids, progress=progress,
                                  base_checkpoint=result.plan.ckpt, base_tokenizer=result.plan.editor.as_loaded(),
                                  resplit_reported=set(result.plan.tokens.resplits),
                                  new_pieces=getattr(result.plan, "new_pieces", False),
                                  remedy="Pass --no-validate to skip the checks", new_name=str(result.out), **kwargs)
-    report.new = str(result.out)
     report.init = result.plan.to_dict()["init"]
     return report
 
@@ -189,17 +187,17 @@ def finish_add(result, validation: ValidationOptions | None = DEFAULT_VALIDATION
     done = Finished(result)
     staged = result.staged
     where = staged.path if staged is not None else Path(result.out)
+    plot = validation.plot if validation is not None else None
+    if plot is not None and staged is not None:  # a plot inside the output is drawn in the stage, published with it
+        plot = _inside(Path(plot), Path(result.out), where)
     if validation is not None:
         step("validate", done)
         try:
-            done.report = validate_output(result, validation, progress)
+            done.report = validate_output(result, validation, progress, where, plot)
         except KeyboardInterrupt:
             stop = Interrupted(f"Interrupted during validation: nothing was published; {result.out} is as it was")
             stop.finished = done
             raise stop from None
-    plot = validation.plot if validation is not None else None
-    if plot is not None and staged is not None:
-        plot = _inside(Path(plot), Path(result.out), where)
     with write_errors(Path(result.out)):
         record(where, result.to_dict(), done.report, plot=plot, fsync=result.plan.options.fsync)
         if done.report is not None and not done.report.passed:

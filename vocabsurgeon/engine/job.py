@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from .._version import __version__
-from ..checkpoint.staging import Stage, check_output_path
+from ..checkpoint.staging import Stage
 from ..checkpoint.writer import Syncer, copy_file, copy_old_bytes, final_layout, reserve_layout, write_rows
 from ..errors import Cancelled, VocabSurgeonError, WriteError
 from ..init.rows import StatsAhead, all_new_rows, fitted_rows, shrunk_rows
@@ -80,8 +80,6 @@ class AddJob:
         self._finished = False
         self.fit_progress: Steps | None = None  # --init fitted: (stage, done, total)
         self._t0 = time.perf_counter()
-        if self._owns_stage:
-            check_output_path(target.src, self.out, target.options.force)
         ckpt = target.ckpt
         self._reserved = {f: reserve_layout(ckpt.shards[f], tuple(n for n in target.layout.all_tensors
                                                                    if ckpt.tensors[n].file == f))
@@ -94,8 +92,8 @@ class AddJob:
         try:
             self._stack.enter_context(write_errors(self.out))
             self._stack.enter_context(_noting_interrupts(self._interrupted))
-            self.staged = (self._stack.enter_context(Stage(self.out, target.options.force)) if self._owns_stage
-                           else out)
+            self.staged = (self._stack.enter_context(Stage.open(target.src, self.out, target.options.force))
+                           if self._owns_stage else out)
             self.stage = self.staged.path
             self._syncer = Syncer(enabled=target.options.fsync)
             self._stack.callback(self._syncer.close)

@@ -135,10 +135,9 @@ def kl_bound_line(summary: dict) -> str:
 
 def _validation_section(report: Report | None, plot_rel: str | None) -> list[str]:
     """The card's validation section: the verdict, then the rows of each check record (`checks.py`)."""
-    if report is None:
-        return ["## Validation", "", "Not run (`--no-validate`). Run `vocabsurgeon validate BASE THIS` to check it.", ""]
-    if report.pending is not None:
-        return ["## Validation", "", f"Not run (`{report.pending}`). Run `vocabsurgeon validate BASE THIS` to check it; "
+    if report is None or report.pending is not None:
+        why = report.pending if report is not None else "--no-validate"
+        return ["## Validation", "", f"Not run (`{why}`). Run `vocabsurgeon validate BASE THIS` to check it; "
                 "that fills in this section.", ""]
     verdict = "**passed**" if report.passed else "**FAILED**: " + "; ".join(report.failures)
     on = f"{report.corpus['positions']} positions of " if report.corpus.get("positions") else ""

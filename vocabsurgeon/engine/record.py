@@ -34,7 +34,7 @@ def record(out: str | os.PathLike, summary: dict, report: Report | None, *, plot
     if report.add is None and report.pending is None:
         report = report.with_add(summary)
     if card:
-        write_model_card(out, summary, None if report.pending == NOT_VALIDATED else report, plot=plot, fsync=fsync)
+        write_model_card(out, summary, report, plot=plot, fsync=fsync)
     listed = sorted((set(listed_files(out)) if files is None else files) | {REPORT_NAME})
     write_text_atomic(out / REPORT_NAME, json.dumps({**report.to_dict(), FILES_KEY: listed}, indent=2,
                                                     ensure_ascii=False) + "\n", fsync=fsync)
